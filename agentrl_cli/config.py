@@ -1,0 +1,391 @@
+"""One source of truth for configuration: frozen dataclasses, YAML presets, dotted overrides.
+
+Precedence (later wins): dataclass defaults < the method's recipe defaults < YAML file <
+`--set key=value` overrides < explicit CLI flags (`--seed`, `--out`, `--method`, ...).
+A field's docstring (the string literal after it) is its help text; `agentrl train --help`
+points at `describe()`. Every user mistake raises `ConfigError` with one line.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "tiny"
+    """`tiny` (built-in, built locally and cached), a local Hugging Face folder, or a hub id."""
+    dtype: str = "float32"
+    """float32 | bfloat16 | float16."""
+    attention: str = "sdpa"
+    """Attention implementation passed to transformers (eager | sdpa | sink_sdpa | sink_flex)."""
+    critic: str = "head"
+    """Critic form when the method needs one: `head` (value head on the policy backbone) | `separate`."""
+    device: str = "auto"
+    """auto | cpu | cuda."""
+    tiny_warmup_steps: int = 400
+    """Tiny model: maximum supervised warm-up steps on imperfect expert demonstrations."""
+    tiny_target_success: float = 0.15
+    """Tiny model: stop the warm-up once held-out success reaches this (RL needs room above)."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: str = "search"
+    """Environment name (see `agentrl rollout --help`)."""
+    seed: int = 0
+    """Seed of the env's world and its train/eval splits (independent of the run seed)."""
+    min_hops: int = 2
+    """search: fewest hops in a question."""
+    max_hops: int = 3
+    """search: most hops in a question."""
+    max_turns: int = 12
+    """Assistant turns before an episode is truncated."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    engine: str = "hf"
+    """Generation engine: hf | vllm."""
+    tasks_per_step: int = 8
+    """Distinct tasks per training step."""
+    group_size: int = 8
+    """Episodes per task (G)."""
+    temperature: float = 1.0
+    """Sampling temperature (the trainer's log-probs use the same)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    max_new_tokens: int = 40
+    """Most tokens in one assistant message."""
+    max_tokens: int = 768
+    """Most tokens in a whole episode (prompt + turns + observations)."""
+    batch_size: int = 64
+    """Episodes decoded concurrently by the engine."""
+    budget_tokens: int = 0
+    """Cap on generated tokens per step, extra continuations included (0: no cap)."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    estimator: str = "grpo"
+    """Advantage estimator (set by --method)."""
+    loss: str = "ppo_clip"
+    """Policy loss: ppo_clip | gspo | turn_ratio."""
+    controller: str = "linear"
+    """Rollout controller: linear | vine | focus."""
+    eps_low: float = 0.2
+    """Lower clip range of the importance ratio."""
+    eps_high: float = 0.2
+    """Upper clip range of the importance ratio (DAPO clip-higher: 0.28)."""
+    agg: str = "token-mean"
+    """Loss aggregation: token-mean | seq-mean."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL penalty to the frozen reference model."""
+    std_normalize: bool = True
+    """GRPO: divide by the group's standard deviation (False is Dr. GRPO)."""
+    gamma: float = 1.0
+    """Discount."""
+    lam: float = 0.95
+    """GAE / TD(lambda) lambda."""
+    lam_intra: float = 0.95
+    """MPO intra-turn trace lambda."""
+    beta: float = 1.0
+    """MPO weight of the centred intra-turn term."""
+    kappa: float = 1.0
+    """FOCUS prior strength of the critic."""
+    vf_coef: float = 0.5
+    """Weight of the critic loss."""
+    value_clip: float = 0.0
+    """Critic value clipping range (0: off)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 40
+    """Training steps (one rollout batch + update each)."""
+    lr: float = 2e-4
+    """Adam learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (0: off)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    minibatches: int = 1
+    """Optimiser steps per pass."""
+    max_tokens_per_microbatch: int = 16384
+    """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
+    eval_every: int = 10
+    """Evaluate on held-out tasks every N steps (0: only at the start and the end)."""
+    eval_tasks: int = 128
+    """Held-out tasks per evaluation."""
+    eval_samples: int = 2
+    """Samples per held-out task in training-time evaluations."""
+    save_every: int = 10
+    """Checkpoint every N steps (0: only at the end)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str = "grpo"
+    """Training recipe (see the README's method table)."""
+    seed: int = 0
+    """Run seed: sampling, task order, initial critic."""
+    out: str = ""
+    """Output folder (default runs/<time>-<method>-<env>)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.rollout.tasks_per_step * self.rollout.group_size
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------- validation
+_POSITIVE = {
+    "rollout.tasks_per_step", "rollout.group_size", "rollout.max_new_tokens", "rollout.max_tokens",
+    "rollout.batch_size", "train.lr", "train.ppo_epochs", "train.minibatches",
+    "train.max_tokens_per_microbatch", "train.eval_tasks", "train.eval_samples",
+    "env.max_turns", "env.min_hops",
+}
+_NON_NEGATIVE = {
+    "train.steps", "train.eval_every", "train.save_every", "train.grad_clip", "train.weight_decay",
+    "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
+    "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps",
+}
+_UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success"}
+_CHOICES = {
+    "algo.agg": ("token-mean", "seq-mean"),
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "model.critic": ("head", "separate"),
+    "model.device": ("auto", "cpu", "cuda"),
+}
+
+
+def _validate(cfg: RunConfig) -> None:
+    flat = flatten(cfg)
+    for key in _POSITIVE:
+        if not flat[key] > 0:
+            raise ConfigError(f"{key} must be > 0, got {flat[key]}")
+    for key in _NON_NEGATIVE:
+        if flat[key] < 0:
+            raise ConfigError(f"{key} must be >= 0, got {flat[key]}")
+    for key in _UNIT:
+        if not 0.0 <= flat[key] <= 1.0:
+            raise ConfigError(f"{key} must be in [0, 1], got {flat[key]}")
+    for key, choices in _CHOICES.items():
+        if flat[key] not in choices:
+            raise ConfigError(f"{key} must be one of {', '.join(choices)}, got '{flat[key]}'")
+    if not 0.0 < cfg.rollout.top_p <= 1.0:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
+    if cfg.env.max_hops < cfg.env.min_hops:
+        raise ConfigError(f"env.max_hops ({cfg.env.max_hops}) < env.min_hops ({cfg.env.min_hops})")
+    for key in ("rollout.temperature",):
+        if flat[key] == 0:
+            raise ConfigError(f"{key} must be > 0 for training (use eval --greedy for argmax)")
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """{'train.lr': 2e-4, ...} for every leaf field."""
+    out: dict[str, Any] = {}
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(v):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _leaf_types(cls: type = RunConfig, prefix: str = "") -> dict[str, type]:
+    hints = get_type_hints(cls)
+    out: dict[str, type] = {}
+    for f in fields(cls):
+        t = hints[f.name]
+        if dataclasses.is_dataclass(t):
+            out.update(_leaf_types(t, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = t
+    return out
+
+
+LEAF_TYPES = _leaf_types()
+SECTIONS = {k.split(".")[0] for k in LEAF_TYPES if "." in k}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Convert a YAML or `--set` value to the field's type, or raise ConfigError."""
+    t = LEAF_TYPES[key]
+    if isinstance(value, str) and t is not str:
+        text = value.strip()
+        if t is bool:
+            low = text.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ConfigError(f"{key} expects true/false, got '{value}'")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"{key} expects {t.__name__}, got '{value}'") from None
+    if t is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} expects true/false, got {value!r}")
+        return value
+    if t is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()
+        ):
+            raise ConfigError(f"{key} expects an integer, got {value!r}")
+        return int(value)
+    if t is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} expects a number, got {value!r}")
+        if not math.isfinite(float(value)):
+            raise ConfigError(f"{key} must be finite, got {value!r}")
+        return float(value)
+    if t is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key} expects a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _check_key(key: str) -> None:
+    if key in LEAF_TYPES:
+        return
+    close = difflib.get_close_matches(key, list(LEAF_TYPES), n=1, cutoff=0.5)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(f"unknown config key '{key}'{hint}")
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """['train.lr=1e-4', ...] -> {'train.lr': '1e-4'} (values converted later, by type)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got '{item}'")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        _check_key(key)
+        out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML preset into flat dotted keys (nested sections or dotted keys both work)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"malformed YAML in {p}{where}: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping of config keys, got {type(data).__name__}")
+    flat: dict[str, Any] = {}
+
+    def walk(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict) and key in SECTIONS:
+                walk(v, key + ".")
+            else:
+                _check_key(key)
+                flat[key] = v
+
+    walk(data, "")
+    return flat
+
+
+def build(overrides: dict[str, Any]) -> RunConfig:
+    """RunConfig from flat dotted overrides (already ordered by precedence)."""
+    grouped: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in overrides.items():
+        _check_key(key)
+        v = _coerce(key, value)
+        if "." in key:
+            sec, name = key.split(".", 1)
+            grouped.setdefault(sec, {})[name] = v
+        else:
+            top[key] = v
+    base = RunConfig()
+    kwargs = {sec: replace(getattr(base, sec), **vals) for sec, vals in grouped.items()}
+    cfg = replace(base, **kwargs, **top)
+    _validate(cfg)
+    return cfg
+
+
+def load(
+    config_file: str | None = None,
+    sets: list[str] | None = None,
+    method: str | None = None,
+    **flags: Any,
+) -> RunConfig:
+    """The one loader every command uses. `flags` are explicit CLI options (None = not given)."""
+    from .methods import METHODS
+
+    file_values = read_yaml(config_file) if config_file else {}
+    set_values = parse_sets(sets)
+    chosen = method or set_values.get("method") or file_values.get("method") or RunConfig.method
+    recipe = METHODS.get(str(chosen))  # raises a one-line RegistryError for unknown names
+    merged: dict[str, Any] = {}
+    merged.update(recipe.defaults)
+    merged.update(file_values)
+    merged.update(set_values)
+    merged["method"] = chosen
+    for key, value in flags.items():
+        if value is not None:
+            merged[key] = value
+    return build(merged)
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(key, default, help) for every config key, for the README and `--help`."""
+    import inspect
+
+    rows = []
+
+    def walk(cls: type, prefix: str) -> None:
+        src = inspect.getsource(cls).splitlines()
+        docs: dict[str, str] = {}
+        for i, line in enumerate(src):
+            s = line.strip()
+            if ":" in s and not s.startswith(("\"", "#", "@", "class", "def")) and i + 1 < len(src):
+                nxt = src[i + 1].strip()
+                if nxt.startswith('"""'):
+                    docs[s.split(":")[0]] = nxt.strip('"')
+        default = cls()
+        for f in fields(cls):
+            v = getattr(default, f.name)
+            if dataclasses.is_dataclass(v):
+                walk(type(v), f"{prefix}{f.name}.")
+            else:
+                rows.append((f"{prefix}{f.name}", repr(v), docs.get(f.name, "")))
+
+    walk(RunConfig, "")
+    return rows
