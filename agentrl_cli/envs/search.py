@@ -1,0 +1,476 @@
+"""The built-in "search" env: BrowseComp-Plus in miniature.
+
+A seeded world of fictitious entities (people, companies, cities, countries), one short document
+per entity, a BM25 search tool and multi-hop questions such as
+`Question: Zorblax Corp > founder > birthplace` ("the birthplace of the founder of Zorblax Corp").
+Many entities have a similar-named distractor ("Zorblax Labs", "Mira Quell") with different facts,
+so a search returns several plausible documents and names must be copied exactly.
+
+Tools (the whole assistant message is exactly one call):
+  search(QUERY)   -> top 3 documents, one line each: `d12 Zorblax Corp`
+  open(DOC_ID)    -> the document: `Mira Quon. birthplace: Tellavin. employer: Quibbly Inc. mentor: Jax Orr.`
+  answer(TEXT)    -> ends the episode; reward 1.0 if TEXT names the gold entity, else 0.0
+
+Everything is deterministic from the seed (`random.Random(seed)`, never the global RNG).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import random
+import re
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from .base import ENVS, StepResult, Task
+
+__all__ = [
+    "Doc",
+    "SearchWorld",
+    "SearchEnv",
+    "SearchSpec",
+    "make_search_spec",
+    "parse_action",
+    "normalize_answer",
+    "RELATIONS",
+    "SYSTEM_PROMPT",
+    "MALFORMED",
+]
+
+SYSTEM_PROMPT = (
+    "Answer the question using tools, one call per message: "
+    "search(query), open(doc_id), answer(text)."
+)
+MALFORMED = "error: use search(query), open(doc_id) or answer(text)"
+TOP_K = 3
+
+# kind -> ordered relations (attribute name -> kind of its value)
+RELATIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "person": (("birthplace", "city"), ("employer", "company"), ("mentor", "person")),
+    "company": (("founder", "person"), ("ceo", "person"), ("hq", "city")),
+    "city": (("country", "country"),),
+    "country": (("capital", "city"),),
+}
+_KIND_SHARE = (("person", 0.40), ("company", 0.25), ("city", 0.25), ("country", 0.10))
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
+           "br", "dr", "kr", "tr", "gl", "pl", "sh", "qu", "j")
+_VOWELS = ("a", "e", "i", "o", "u")
+_CODAS = ("", "", "", "n", "r", "l", "x", "s", "m", "th")
+_COMPANY_SUFFIXES = ("Corp", "Labs", "Inc", "Group", "Works", "Systems")
+_CITY_AFFIXES = (("Port ", ""), ("New ", ""), ("", " Falls"), ("", " Bay"), ("", " Heights"))
+_COUNTRY_AFFIXES = (("North ", ""), ("South ", ""), ("Upper ", ""), ("", " Minor"))
+_RESERVED = {"search", "open", "answer", "question", "error", "no", "document", "results"}
+_RESERVED |= {r for rels in RELATIONS.values() for r, _ in rels}
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_CALL = re.compile(r"^(search|open|answer)\((.*)\)$", re.DOTALL)
+_DOC_ID = re.compile(r"^d\d+$")
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower())
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, collapse whitespace, strip punctuation/whitespace at both ends."""
+    return " ".join(text.lower().split()).strip(string.punctuation + string.whitespace)
+
+
+def parse_action(action: str) -> tuple[str, str] | None:
+    """`(tool, argument)` for a message that is exactly one call, else None.
+
+    The argument is stripped (and one pair of surrounding quotes removed); an argument containing
+    parentheses or a newline is rejected (that is how two calls in one message are caught)."""
+    if not isinstance(action, str):
+        return None
+    m = _CALL.match(action.strip())
+    if m is None:
+        return None
+    tool, arg = m.group(1), m.group(2).strip()
+    if "(" in arg or ")" in arg or "\n" in arg:
+        return None
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
+        arg = arg[1:-1].strip()
+    return tool, arg
+
+
+@dataclass(frozen=True)
+class Doc:
+    doc_id: str
+    title: str                    # the entity name
+    kind: str                     # person | company | city | country
+    facts: tuple[tuple[str, str], ...]  # (relation, entity name), in RELATIONS order
+    text: str                     # `Title. rel: Value. rel: Value.`
+
+    def fact(self, relation: str) -> str | None:
+        for r, v in self.facts:
+            if r == relation:
+                return v
+        return None
+
+
+class SearchWorld:
+    """Seeded entities, documents and a BM25 index (k1=1.2, b=0.75; the title is indexed twice)."""
+
+    def __init__(self, seed: int = 0, n_entities: int = 300):
+        if n_entities < 20:
+            raise ValueError(f"n_entities must be at least 20, got {n_entities}")
+        self.seed = seed
+        self.n_entities = n_entities
+        rng = random.Random(f"search-world-{seed}-{n_entities}")
+        self._used_words: set[str] = set()
+        names: dict[str, list[str]] = {}
+        self.partner: dict[str, str] = {}          # distractor <-> base (both directions)
+        for kind, share in _KIND_SHARE:
+            total = max(2 if kind == "country" else 3, round(n_entities * share))
+            n_base = math.ceil(total / 1.5)
+            base = [self._base_name(kind, rng) for _ in range(n_base)]
+            out = list(base)
+            for b in rng.sample(base, total - n_base):
+                d = self._distractor_name(kind, b, rng)
+                out.append(d)
+                self.partner[d] = b
+                self.partner[b] = d
+            names[kind] = out
+        self.kind_of = {n: k for k, ns in names.items() for n in ns}
+        facts = self._facts(names, rng)
+        order = [n for k, _ in _KIND_SHARE for n in names[k]]
+        rng.shuffle(order)
+        self.docs: list[Doc] = []
+        for i, name in enumerate(order):
+            kind = self.kind_of[name]
+            fs = tuple((r, facts[name][r]) for r, _ in RELATIONS[kind])
+            text = f"{name}. " + " ".join(f"{r}: {v}." for r, v in fs)
+            self.docs.append(Doc(f"d{i}", name, kind, fs, text))
+        self.doc_by_id = {d.doc_id: d for d in self.docs}
+        self.doc_by_title = {d.title: d for d in self.docs}
+        self._build_index()
+
+    # ---- names -------------------------------------------------------------------------------
+    def _word(self, rng: random.Random, lo: int, hi: int) -> str:
+        while True:
+            n = rng.randint(lo, hi)
+            w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(n))
+            w += rng.choice(_CODAS)
+            w = w.capitalize()
+            if 3 <= len(w) <= 9 and w.lower() not in self._used_words and w.lower() not in _RESERVED:
+                self._used_words.add(w.lower())
+                return w
+
+    def _base_name(self, kind: str, rng: random.Random) -> str:
+        if kind == "person":
+            return f"{self._word(rng, 1, 2)} {self._word(rng, 1, 2)}"
+        if kind == "company":
+            return f"{self._word(rng, 2, 3)} {rng.choice(_COMPANY_SUFFIXES)}"
+        return self._word(rng, 2, 3)
+
+    def _distractor_name(self, kind: str, base: str, rng: random.Random) -> str:
+        if kind == "person":
+            first, last = base.split(" ")
+            new = self._word(rng, 1, 2)
+            return f"{first} {new}" if rng.random() < 0.5 else f"{new} {last}"
+        if kind == "company":
+            word, suffix = base.split(" ")
+            return f"{word} {rng.choice([s for s in _COMPANY_SUFFIXES if s != suffix])}"
+        pre, post = rng.choice(_CITY_AFFIXES if kind == "city" else _COUNTRY_AFFIXES)
+        return f"{pre}{base}{post}"
+
+    # ---- facts -------------------------------------------------------------------------------
+    def _facts(self, names: dict[str, list[str]], rng: random.Random) -> dict[str, dict[str, str]]:
+        facts: dict[str, dict[str, str]] = {n: {} for ns in names.values() for n in ns}
+
+        def pick(name: str, rel: str, pool: list[str], exclude: set[str]) -> str:
+            p = self.partner.get(name)
+            if p is not None and rel in facts[p]:
+                exclude = exclude | {facts[p][rel]}   # a distractor's facts differ from its base's
+            cands = [x for x in pool if x not in exclude]
+            return rng.choice(cands or pool)
+
+        cities, countries = names["city"], names["country"]
+        capitals = rng.sample(cities, len(countries))
+        for country, cap in zip(countries, capitals):
+            facts[country]["capital"] = cap
+            facts[cap]["country"] = country
+        for c in cities:
+            if "country" not in facts[c]:
+                facts[c]["country"] = pick(c, "country", countries, set())
+        for p in names["person"]:
+            facts[p]["birthplace"] = pick(p, "birthplace", cities, set())
+            facts[p]["employer"] = pick(p, "employer", names["company"], set())
+            facts[p]["mentor"] = pick(p, "mentor", names["person"], {p})
+        for c in names["company"]:
+            facts[c]["founder"] = pick(c, "founder", names["person"], set())
+            facts[c]["ceo"] = pick(c, "ceo", names["person"], {facts[c]["founder"]})
+            facts[c]["hq"] = pick(c, "hq", cities, set())
+        return facts
+
+    # ---- BM25 --------------------------------------------------------------------------------
+    def _build_index(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self._k1, self._b = k1, b
+        self._postings: dict[str, list[tuple[int, int]]] = {}
+        self._dl: list[int] = []
+        for i, d in enumerate(self.docs):
+            toks = _tokens(d.title) + _tokens(d.text)   # text starts with the title: title x2
+            self._dl.append(len(toks))
+            tf: dict[str, int] = {}
+            for t in toks:
+                tf[t] = tf.get(t, 0) + 1
+            for t, c in tf.items():
+                self._postings.setdefault(t, []).append((i, c))
+        n = len(self.docs)
+        self._avgdl = sum(self._dl) / n
+        self._idf = {t: math.log(1.0 + (n - len(p) + 0.5) / (len(p) + 0.5))
+                     for t, p in self._postings.items()}
+
+    def search(self, query: str, k: int = TOP_K) -> list[Doc]:
+        """The top `k` documents by BM25 (ties broken by document order); only positive scores."""
+        scores: dict[int, float] = {}
+        k1, b = self._k1, self._b
+        for t in _tokens(query):
+            idf = self._idf.get(t)
+            if idf is None:
+                continue
+            for i, tf in self._postings[t]:
+                norm = k1 * (1.0 - b + b * self._dl[i] / self._avgdl)
+                scores[i] = scores.get(i, 0.0) + idf * tf * (k1 + 1.0) / (tf + norm)
+        ranked = sorted(scores, key=lambda i: (-scores[i], i))
+        return [self.docs[i] for i in ranked[:k] if scores[i] > 0]
+
+    # ---- questions ---------------------------------------------------------------------------
+    def chains(self, hops: int) -> list[tuple[str, tuple[str, ...]]]:
+        """All (start entity, relation path) with `hops` relations whose chain visits distinct
+        entities (so the answer chain is unique and never loops back)."""
+        out: list[tuple[str, tuple[str, ...]]] = []
+
+        def walk(start: str, cur: str, path: tuple[str, ...], seen: set[str]) -> None:
+            if len(path) == hops:
+                out.append((start, path))
+                return
+            for rel, _ in RELATIONS[self.kind_of[cur]]:
+                nxt = self.doc_by_title[cur].fact(rel)
+                if nxt is not None and nxt not in seen:
+                    walk(start, nxt, path + (rel,), seen | {nxt})
+
+        for d in self.docs:
+            walk(d.title, d.title, (), {d.title})
+        return out
+
+    def follow(self, start: str, path: tuple[str, ...]) -> list[str]:
+        chain = [start]
+        for rel in path:
+            nxt = self.doc_by_title[chain[-1]].fact(rel)
+            if nxt is None:
+                raise ValueError(f"{chain[-1]} has no {rel}")
+            chain.append(nxt)
+        return chain
+
+
+@functools.lru_cache(maxsize=16)
+def _world(seed: int, n_entities: int) -> SearchWorld:
+    return SearchWorld(seed, n_entities)
+
+
+@functools.lru_cache(maxsize=16)
+def _tasks(seed: int, n_entities: int, min_hops: int, max_hops: int,
+           n_train: int, n_eval: int) -> dict[str, tuple[Task, ...]]:
+    world = _world(seed, n_entities)
+    rng = random.Random(f"search-tasks-{seed}-{n_entities}-{min_hops}-{max_hops}")
+    pools: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
+    for h in range(min_hops, max_hops + 1):
+        pool = world.chains(h)
+        rng.shuffle(pool)
+        pools[h] = pool
+    out: dict[str, tuple[Task, ...]] = {}
+    for split, n in (("eval", n_eval), ("train", n_train)):   # pools are consumed: disjoint
+        tasks = []
+        for i in range(n):
+            live = [h for h in pools if pools[h]]
+            if not live:
+                raise ValueError(
+                    f"search world (seed={seed}, n_entities={n_entities}) has too few "
+                    f"{min_hops}..{max_hops}-hop questions for {n_train} train + {n_eval} eval")
+            h = rng.choice(live)
+            start, path = pools[h].pop()
+            chain = world.follow(start, path)
+            meta = {
+                "hops": h,
+                "start": start,
+                "relations": list(path),
+                "chain": chain,
+                "doc_ids": [world.doc_by_title[e].doc_id for e in chain],
+            }
+            tasks.append(Task(task_id=f"search-{split}-{i:05d}",
+                              prompt="Question: " + " > ".join((start, *path)),
+                              answer=chain[-1], meta=meta))
+        out[split] = tuple(tasks)
+    return out
+
+
+class SearchEnv:
+    """One episode at a time over a shared `SearchWorld`. Implements the TextEnv protocol."""
+
+    system_prompt = SYSTEM_PROMPT
+
+    def __init__(self, world: SearchWorld, max_turns: int = 12):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.world = world
+        self.max_turns = max_turns
+        self.task: Task | None = None
+        self.history: list[dict] = []   # {"action","tool","arg","observation","error"} per step
+        self.steps = 0
+        self.terminated = False
+        self.truncated = False
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def reset(self, task: Task) -> str:
+        self.task = task
+        self.history = []
+        self.steps = 0
+        self.terminated = False
+        self.truncated = False
+        return task.prompt
+
+    def step(self, action: str) -> StepResult:
+        if self.task is None or self.done:
+            why = "call reset() first" if self.task is None else "the episode is over"
+            return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
+                              {"tool": None, "error": True, "success": False})
+        self.steps += 1
+        parsed = parse_action(action)
+        tool, arg = parsed if parsed is not None else (None, "")
+        reward, terminated, error = 0.0, False, False
+        info: dict[str, Any] = {"tool": tool}
+        if tool is None:
+            obs, error = MALFORMED, True
+        elif tool == "search":
+            if not _tokens(arg):
+                obs, error = "error: empty query", True
+            else:
+                hits = self.world.search(arg)
+                obs = "\n".join(f"{d.doc_id} {d.title}" for d in hits) if hits else "no results"
+        elif tool == "open":
+            doc = self.world.doc_by_id.get(arg)
+            if doc is None:
+                obs, error = f"error: no document {arg}", True
+            else:
+                obs = doc.text
+        else:  # answer
+            success = normalize_answer(arg) == normalize_answer(self.task.answer)
+            obs, reward, terminated = "", (1.0 if success else 0.0), True
+            info["success"] = success
+        truncated = not terminated and self.steps >= self.max_turns
+        if truncated:
+            info["success"] = False
+        info["error"] = error
+        info["steps"] = self.steps
+        self.terminated, self.truncated = terminated, truncated
+        self.history.append({"action": action, "tool": tool, "arg": arg,
+                             "observation": obs, "error": error})
+        return StepResult(obs, reward, terminated, truncated, info)
+
+    def snapshot(self) -> Any:
+        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
+                              "terminated": self.terminated, "truncated": self.truncated,
+                              "max_turns": self.max_turns})
+
+    def restore(self, state: Any) -> None:
+        s = copy.deepcopy(state)
+        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
+        self.terminated, self.truncated = s["terminated"], s["truncated"]
+        self.max_turns = s["max_turns"]
+
+
+def _expert_action(env: SearchEnv, rng: random.Random, error_rate: float) -> str:
+    """Replay the history to find where the expert is on the chain, then act (see SearchSpec)."""
+    task = env.task
+    if task is None:
+        return "search(start)"
+    world = env.world
+    path: list[str] = task.meta["relations"]
+    cur: str = task.meta["chain"][0]
+    hop = 0
+    stuck: Doc | None = None          # opened a doc lacking the hop's relation
+    pending: list[tuple[str, str]] | None = None  # results of the last search, if it was for `cur`
+    for h in env.history:
+        if hop >= len(path) or stuck is not None:
+            break
+        if h["tool"] == "search" and not h["error"] and h["observation"] != "no results":
+            if normalize_answer(h["arg"]) == normalize_answer(cur):
+                pending = [tuple(line.split(" ", 1)) for line in h["observation"].split("\n")]
+            else:
+                pending = None
+            continue
+        if h["tool"] == "open" and not h["error"]:
+            doc = world.doc_by_id[h["arg"]]
+            if doc.title == cur or (pending is not None and any(i == doc.doc_id for i, _ in pending)):
+                value = doc.fact(path[hop])
+                if value is None:
+                    stuck = doc
+                else:
+                    cur, hop = value, hop + 1
+        pending = None
+    if hop >= len(path):
+        return f"answer({cur})"
+    if stuck is not None:
+        seen = sorted({stuck.title, *(v for _, v in stuck.facts)})
+        return f"answer({rng.choice(seen)})"
+    if pending is not None:
+        right = world.doc_by_title[cur].doc_id
+        wrong = [i for i, _ in pending if i != right]
+        if error_rate > 0 and wrong and rng.random() < error_rate:
+            words = set(_tokens(cur))
+            similar = [i for i, t in pending if i != right and words & set(_tokens(t))]
+            return f"open({rng.choice(similar or wrong)})"
+        return f"open({right})"
+    return f"search({cur})"
+
+
+class SearchSpec:
+    """The "search" env spec: a cached world, deterministic train/eval tasks and the expert."""
+
+    name = "search"
+
+    def __init__(self, seed: int = 0, n_entities: int = 300, min_hops: int = 2,
+                 max_hops: int = 3, n_train: int = 2000, n_eval: int = 200, max_turns: int = 12):
+        if not 1 <= min_hops <= max_hops:
+            raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
+        if max_hops > 5:
+            raise ValueError(f"max_hops must be at most 5, got {max_hops}")
+        if n_train < 0 or n_eval < 0:
+            raise ValueError("n_train and n_eval must be non-negative")
+        self.seed, self.n_entities = int(seed), int(n_entities)
+        self.min_hops, self.max_hops = int(min_hops), int(max_hops)
+        self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
+        self.world = _world(self.seed, self.n_entities)
+
+    def make(self) -> SearchEnv:
+        return SearchEnv(self.world, self.max_turns)
+
+    def tasks(self, split: str, n: int | None = None) -> list[Task]:
+        if split not in ("train", "eval"):
+            raise ValueError(f"unknown split '{split}'; valid: train, eval")
+        all_tasks = _tasks(self.seed, self.n_entities, self.min_hops, self.max_hops,
+                           self.n_train, self.n_eval)[split]
+        return list(all_tasks if n is None else all_tasks[:n])
+
+    def expert(self, env: SearchEnv, rng: random.Random, error_rate: float = 0.0) -> str:
+        """Per hop: `search(<entity>)`, `open(<its doc id>)`, read the hop's relation; finally
+        `answer(<entity>)`. With `error_rate` e, each open picks a wrong search result (a
+        similar-named one when there is one) with probability e and the expert then follows
+        what that document says (answering with an entity it saw if the relation is missing)."""
+        return _expert_action(env, rng, error_rate)
+
+
+def make_search_spec(seed: int = 0, **options: Any) -> SearchSpec:
+    """Registry factory. Options: n_entities, min_hops, max_hops, n_train, n_eval, max_turns."""
+    return SearchSpec(seed, **options)
+
+
+ENVS.register("search", make_search_spec)
