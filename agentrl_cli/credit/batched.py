@@ -1,0 +1,285 @@
+"""Batched, vectorised advantage estimators — what the trainer calls.
+
+Every function works on a right-padded batch of B episodes flattened to L token positions:
+
+- `response_mask` [B, L] float: 1.0 on policy tokens (trained on), 0.0 on prompt, environment
+  observations, harness text and padding.
+- `turn_index` [B, L] long: index 0..T_b-1 of the turn (segment) a policy token belongs to,
+  -1 elsewhere. Turns are numbered in order of position and every turn 0..T_b-1 has at least
+  one policy token.
+- `rewards` [B]: terminal reward of each episode; `group_index` [B] long: which group (task) an
+  episode belongs to (any labels).
+
+Each function agrees (to float rounding) with the unbatched reference in `credit.outcome`,
+`credit.gae`, `credit.mpo` and `credit.trace`; `tests/test_credit.py` checks that on random
+batches. Loops run over time positions (or turns / look-ahead steps), never over episodes.
+Outputs are 0 outside the mask.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of `x` over positions where `mask` is 1 (all of them, or along `dim`); 0 if none."""
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """Normalise `x` [B, L] over the valid positions of the whole batch.
+
+    `(x - mean) / sqrt(var + eps)` with the unbiased (n - 1) masked variance (as verl);
+    `shift_mean=False` adds the mean back (rescale only). Positions outside the mask become 0.
+    """
+    m = mask.to(x.dtype)
+    count = m.sum()
+    mean = (x * m).sum() / count.clamp(min=1)
+    var = (((x - mean) ** 2) * m).sum() / (count - 1).clamp(min=1)
+    out = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return out * m
+
+
+def broadcast_turn_values(per_turn: Tensor, turn_index: Tensor, response_mask: Tensor) -> Tensor:
+    """Scatter per-turn (or per-segment) scalars onto their tokens.
+
+    per_turn: [B, Tmax]; turn_index, response_mask: [B, L]. Returns [B, L] with
+    `out[b, i] = per_turn[b, turn_index[b, i]]` on policy tokens that have a turn, 0 elsewhere.
+    """
+    valid = (turn_index >= 0) & (response_mask > 0)
+    if valid.any() and int(turn_index[valid].max()) >= per_turn.shape[1]:
+        raise ValueError(f"turn_index reaches {int(turn_index[valid].max())} but per_turn has "
+                         f"only {per_turn.shape[1]} columns")
+    idx = turn_index.clamp(min=0, max=max(per_turn.shape[1] - 1, 0))
+    if per_turn.shape[1] == 0:
+        return torch.zeros(turn_index.shape, dtype=per_turn.dtype, device=per_turn.device)
+    return torch.where(valid, per_turn.gather(1, idx), per_turn.new_zeros(()))
+
+
+def _next_policy_index(valid: Tensor) -> Tensor:
+    """[B, L] long: position of the next valid token strictly after each position, L if none."""
+    B, L = valid.shape
+    pos = torch.arange(L, device=valid.device).expand(B, L)
+    idx = torch.where(valid, pos, torch.full_like(pos, L))
+    # suffix minimum over positions > i: shift left by one, then reversed cumulative min
+    shifted = torch.cat([idx[:, 1:], torch.full_like(idx[:, :1], L)], dim=1)
+    return shifted.flip(1).cummin(1).values.flip(1)
+
+
+def _gather_padded(x: Tensor, index: Tensor) -> Tensor:
+    """`x[b, index[b, i]]` with index == L meaning 'none' -> 0."""
+    padded = torch.cat([x, x.new_zeros(x.shape[0], 1)], dim=1)
+    return padded.gather(1, index)
+
+
+def _discounted_suffix_sum(delta: Tensor, valid: Tensor, decay: Tensor | float) -> Tensor:
+    """`A_i = delta_i + decay_i * A_next(i)` over the valid positions of each row, right to left.
+
+    delta, valid: [B, L]; decay: scalar or [B, L] (the factor linking i to the next valid
+    position; setting it to 0 restarts the sum). Invalid positions carry the running sum through
+    unchanged and are zeroed on output.
+    """
+    B, L = delta.shape
+    decay = torch.as_tensor(decay, dtype=delta.dtype, device=delta.device).expand(B, L)
+    out = torch.zeros_like(delta)
+    acc = delta.new_zeros(B)
+    for i in reversed(range(L)):
+        acc = torch.where(valid[:, i], delta[:, i] + decay[:, i] * acc, acc)
+        out[:, i] = acc
+    return out * valid
+
+
+def _group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-episode (group size, group mean, group sample std with n - 1, whether the group has
+    a non-constant reward), each [B]."""
+    _, inv = torch.unique(group_index, return_inverse=True)
+    n_groups = int(inv.max()) + 1 if inv.numel() else 0
+    counts = torch.zeros(n_groups, dtype=rewards.dtype, device=rewards.device)
+    counts.scatter_add_(0, inv, torch.ones_like(rewards))
+    sums = torch.zeros_like(counts).scatter_add_(0, inv, rewards)
+    mean = sums / counts
+    sq = torch.zeros_like(counts).scatter_add_(0, inv, (rewards - mean[inv]) ** 2)
+    std = torch.sqrt(sq / (counts - 1).clamp(min=1))
+    gmax = torch.full_like(counts, -torch.inf).scatter_reduce_(0, inv, rewards, reduce="amax")
+    gmin = torch.full_like(counts, torch.inf).scatter_reduce_(0, inv, rewards, reduce="amin")
+    informative = (counts > 1) & (gmax > gmin)
+    return counts[inv], mean[inv], std[inv], informative[inv]
+
+
+# ----------------------------------------------------------------------------- outcome
+
+
+def grpo_episode_advantages(rewards: Tensor, group_index: Tensor, std: bool = True,
+                            eps: float = 1e-6) -> Tensor:
+    """[B] GRPO advantage of every episode within its group (`credit.grpo_advantages` per group).
+
+    `std=False` is Dr. GRPO (centre only). Groups of one or of all-equal rewards get exactly 0.
+    """
+    _, mean, sd, informative = _group_stats(rewards, group_index)
+    adv = rewards - mean
+    if std:
+        adv = adv / (sd + eps)
+    return torch.where(informative, adv, torch.zeros_like(adv))
+
+
+def grpo_token_advantages(rewards: Tensor, group_index: Tensor, response_mask: Tensor,
+                          std: bool = True, eps: float = 1e-6) -> Tensor:
+    """[B, L] GRPO advantage broadcast to every policy token of its episode (METHODS §1)."""
+    adv = grpo_episode_advantages(rewards, group_index, std=std, eps=eps)
+    return adv[:, None] * response_mask
+
+
+def rloo_token_advantages(rewards: Tensor, group_index: Tensor, response_mask: Tensor) -> Tensor:
+    """[B, L] RLOO advantage `R_i - mean_{j != i} R_j` on every policy token.
+
+    Groups of one or of all-equal rewards get exactly 0.
+    """
+    size, mean, _, informative = _group_stats(rewards, group_index)
+    loo_mean = (size * mean - rewards) / (size - 1).clamp(min=1)
+    adv = torch.where(informative, rewards - loo_mean, torch.zeros_like(rewards))
+    return adv[:, None] * response_mask
+
+
+# ----------------------------------------------------------------------------- PPO / GAE
+
+
+def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor, gamma: float = 1.0,
+                         lam: float = 0.95) -> tuple[Tensor, Tensor]:
+    """Token-level GAE over the policy tokens of each episode (PPO, METHODS §1).
+
+    rewards: [B] terminal rewards, placed on the last policy token; values: [B, L] critic values.
+    Environment and padding tokens are skipped: the next value of the last policy token of a turn
+    is the value at the first policy token of the next turn, and 0 after the last policy token.
+    Equals `credit.gae` on each row's policy-token subsequence.
+    Returns (advantages [B, L], returns [B, L] = advantages + values), 0 outside the mask.
+    """
+    valid = response_mask > 0
+    nxt = _next_policy_index(valid)
+    is_last = valid & (nxt == values.shape[1])
+    next_values = _gather_padded(values, nxt)
+    delta = rewards[:, None] * is_last + gamma * next_values - values
+    adv = _discounted_suffix_sum(delta, valid, gamma * lam)
+    return adv, (adv + values) * valid
+
+
+# ----------------------------------------------------------------------------- MPO
+
+
+def _turn_first_values(values: Tensor, turn_index: Tensor, valid: Tensor, n_turns: int) -> Tensor:
+    """[B, n_turns] value at the first policy token of each turn (0 for absent turns)."""
+    B, L = values.shape
+    pos = torch.arange(L, device=values.device).expand(B, L)
+    first = torch.full((B, n_turns + 1), L, dtype=torch.long, device=values.device)
+    slot = torch.where(valid, turn_index, torch.full_like(turn_index, n_turns))
+    first.scatter_reduce_(1, slot, torch.where(valid, pos, torch.full_like(pos, L)), reduce="amin")
+    return _gather_padded(values, first[:, :n_turns])
+
+
+def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
+                         response_mask: Tensor, lam: float = 0.80, lam_intra: float = 0.95,
+                         beta: float = 1.0) -> Tensor:
+    """[B, L] MPO multi-scale advantage (METHODS §3), before batch normalisation.
+
+    values: [B, L] critic values; rewards: [B]; gamma = 1. Equals `credit.mpo_advantages` on each
+    row: turn-level GAE with `lam` on the values at each turn's first policy token, plus
+    `beta` x (the centred intra-turn trace with `lam_intra`, which restarts at every turn).
+    Follow with `masked_whiten(adv, response_mask)` to normalise over the batch's valid tokens.
+    """
+    valid = (response_mask > 0) & (turn_index >= 0)
+    B, L = values.shape
+    n_turns = int(turn_index[valid].max()) + 1 if valid.any() else 0
+    if n_turns == 0:
+        return torch.zeros_like(values)
+
+    # intra-turn trace: token TD residuals, accumulated with lam_intra inside a turn only
+    nxt = _next_policy_index(valid)
+    is_last = valid & (nxt == L)
+    next_values = _gather_padded(values, nxt)
+    next_turn = torch.cat([turn_index, turn_index.new_full((B, 1), -1)], dim=1).gather(1, nxt)
+    delta = rewards[:, None] * is_last + next_values - values
+    same_turn = (next_turn == turn_index).to(values.dtype)
+    intra = _discounted_suffix_sum(delta, valid, lam_intra * same_turn)
+
+    # turn-level GAE on the first values of each turn
+    turns_per_row = torch.where(valid, turn_index + 1, torch.zeros_like(turn_index)).max(1).values
+    t = torch.arange(n_turns, device=values.device).expand(B, n_turns)
+    turn_valid = t < turns_per_row[:, None]
+    first = _turn_first_values(values, turn_index, valid, n_turns)
+    next_first = torch.cat([first[:, 1:], first.new_zeros(B, 1)], dim=1)
+    next_first = torch.where(t + 1 < turns_per_row[:, None], next_first, first.new_zeros(()))
+    is_final_turn = t == (turns_per_row[:, None] - 1)
+    delta_turn = rewards[:, None] * is_final_turn + next_first - first
+    turn_adv = _discounted_suffix_sum(delta_turn, turn_valid, lam)
+
+    # centre the intra trace within each turn
+    idx = turn_index.clamp(min=0)
+    vm = valid.to(values.dtype)
+    sums = values.new_zeros(B, n_turns).scatter_add_(1, idx, intra * vm)
+    counts = values.new_zeros(B, n_turns).scatter_add_(1, idx, vm)
+    intra_mean = sums / counts.clamp(min=1)
+
+    adv = broadcast_turn_values(turn_adv, turn_index, vm) + beta * (
+        intra - broadcast_turn_values(intra_mean, turn_index, vm))
+    return adv * vm
+
+
+# ----------------------------------------------------------------------------- TRACE
+
+
+def trace_token_advantages(mean_logprobs: Tensor, num_turns: Tensor, outcome_adv: Tensor,
+                           turn_index: Tensor, response_mask: Tensor,
+                           final_turn_is_answer: bool = True, eps: float = 0.1, K: int = 3,
+                           gamma_td: float = 0.8, lambda_term: float = 2.0,
+                           alpha_out: float = 1.0, alpha_turn: float = 0.2) -> Tensor:
+    """[B, L] TRACE token advantages `alpha_out A^out + alpha_turn r_{turn(token)}` (METHODS §4).
+
+    mean_logprobs: [B, M] right-padded; row b uses entries 0..T_b (states S_0..S_{T_b}), the rest
+        is ignored. num_turns: [B] long, the number of turns of each episode.
+    outcome_adv: [B] GRPO outcome advantage (e.g. `grpo_episode_advantages`).
+    T_b, the number of tool-call turns, is `num_turns - 1` when the last turn is the final answer
+    (`final_turn_is_answer=True`: that turn's tokens get the outcome term only) and `num_turns`
+    otherwise (every turn gets turn credit). Requires `T_b + 1 <= M`.
+    The turn rewards r_k equal `credit.trace_turn_rewards` on each row.
+    """
+    if K < 1:
+        raise ValueError(f"K must be >= 1, got {K}")
+    B, M = mean_logprobs.shape
+    T = num_turns - 1 if final_turn_is_answer else num_turns
+    if bool((T + 1 > M).any()) or bool((T < 0).any()):
+        raise ValueError("mean_logprobs needs T_b + 1 entries per row (T_b >= 0)")
+    dtype, device = mean_logprobs.dtype, mean_logprobs.device
+    k = torch.arange(M, device=device).expand(B, M)
+    state_valid = k <= T[:, None]
+    log_d = torch.log(torch.where(state_valid, -mean_logprobs + eps, torch.ones((), dtype=dtype,
+                                                                                  device=device)))
+    delta = log_d[:, :-1] - log_d[:, 1:]  # [B, M-1], valid for k < T_b
+    kk = k[:, :-1]
+    turn_valid = kk < T[:, None]
+    delta = torch.where(turn_valid, delta, torch.zeros((), dtype=dtype, device=device))
+
+    num = torch.zeros_like(delta)
+    den = torch.zeros_like(delta)
+    padded = torch.cat([delta, delta.new_zeros(B, K)], dim=1)
+    for j in range(K):
+        in_window = ((kk + j) < T[:, None]).to(dtype)
+        num = num + gamma_td ** j * padded[:, j:j + M - 1] * in_window
+        den = den + gamma_td ** j * in_window
+    c = num / den.clamp(min=1e-12)
+    reaches_end = (kk + K - 1 >= T[:, None] - 1) & turn_valid
+    steps_to_end = (T[:, None] - kk).clamp(min=0).to(dtype)
+    term = lambda_term * torch.pow(torch.as_tensor(gamma_td, dtype=dtype), steps_to_end) \
+        * outcome_adv[:, None]
+    r = torch.where(turn_valid, c + term * reaches_end, torch.zeros((), dtype=dtype, device=device))
+
+    valid = (response_mask > 0) & (turn_index >= 0)
+    width = max(M - 1, int(turn_index[valid].max()) + 1 if valid.any() else 0)
+    per_turn = torch.cat([r, r.new_zeros(B, width - (M - 1))], dim=1)
+    turn_term = broadcast_turn_values(per_turn, turn_index, response_mask)
+    vm = valid.to(dtype)
+    return (alpha_out * outcome_adv[:, None] + alpha_turn * turn_term) * vm
