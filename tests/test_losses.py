@@ -104,7 +104,7 @@ def test_gspo_ratio_and_gradient():
     want_loss = 0.0
     for b in range(B):
         toks = [t for t in range(mask.shape[1]) if mask[b, t] > 0]
-        s = math.exp(sum(float(logp_new[b, t] - logp_old[b, t]) for t in toks) / len(toks))
+        s = math.exp(sum(float(logp_new[b, t].detach() - logp_old[b, t]) for t in toks) / len(toks))
         want_loss += -s * float(seq_adv[b]) / B
         for t in range(mask.shape[1]):
             want = -float(seq_adv[b]) * s / len(toks) / B if t in toks else 0.0
@@ -129,7 +129,7 @@ def test_turn_ratio_forward_and_gradient():
             want = 1.0
         else:
             want = math.exp(sum(float(lr[j]) for j in range(N) if int(turn_id[j]) == tid))
-        assert float(rho[i]) == pytest.approx(want, rel=1e-12)
+        assert rho[i].item() == pytest.approx(want, rel=1e-12)
         (grad,) = torch.autograd.grad(rho[i], logp_new, retain_graph=True)
         expect = torch.zeros(N, dtype=DT)
         if tid >= 0:
