@@ -381,7 +381,7 @@ def test_batched_mpo(seed):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("answer_turn", [True, False])
 def test_batched_trace(seed, answer_turn):
-    d = make_batch(seed, max_turns=6, min_turns=2 if answer_turn else 1)
+    d = make_batch(seed, max_turns=6, min_turns=1)  # answer_turn with one turn: T_b = 0
     rng = random.Random(100 + seed)
     B = len(d["episodes"])
     num_turns = torch.tensor([len(t) for t in d["episodes"]])
@@ -438,3 +438,19 @@ def test_batched_float32_default():
     assert adv.dtype == torch.float32
     ref, _ = credit.gae_token_advantages(d["rewards"], d["values"], d["mask"])
     assert torch.allclose(adv.double(), ref, atol=1e-5)
+
+
+def test_batched_row_without_policy_tokens():
+    d = make_batch(2)
+    d["mask"][1] = 0.0
+    d["turn_index"][1] = -1
+    adv, ret = credit.gae_token_advantages(d["rewards"], d["values"], d["mask"])
+    mpo = credit.mpo_token_advantages(d["values"], d["rewards"], d["turn_index"], d["mask"])
+    assert torch.all(adv[1] == 0) and torch.all(ret[1] == 0) and torch.all(mpo[1] == 0)
+    pos = d["mask"][0].nonzero().squeeze(1)
+    r = [0.0] * len(pos)
+    r[-1] = float(d["rewards"][0])
+    assert close(adv[0, pos], ref_gae(r, d["values"][0, pos].tolist(), 1.0, 0.95)[0])
+    empty = torch.zeros_like(d["mask"])
+    assert torch.all(credit.gae_token_advantages(d["rewards"], d["values"], empty)[0] == 0)
+    assert torch.all(credit.mpo_token_advantages(d["values"], d["rewards"], d["turn_index"], empty) == 0)

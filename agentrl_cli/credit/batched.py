@@ -53,46 +53,76 @@ def broadcast_turn_values(per_turn: Tensor, turn_index: Tensor, response_mask: T
     `out[b, i] = per_turn[b, turn_index[b, i]]` on policy tokens that have a turn, 0 elsewhere.
     """
     valid = (turn_index >= 0) & (response_mask > 0)
-    if valid.any() and int(turn_index[valid].max()) >= per_turn.shape[1]:
-        raise ValueError(f"turn_index reaches {int(turn_index[valid].max())} but per_turn has "
-                         f"only {per_turn.shape[1]} columns")
+    top = _max_turn(turn_index, valid)
+    if top >= per_turn.shape[1]:
+        raise ValueError(f"turn_index reaches {top} but per_turn has only {per_turn.shape[1]} columns")
     idx = turn_index.clamp(min=0, max=max(per_turn.shape[1] - 1, 0))
     if per_turn.shape[1] == 0:
         return torch.zeros(turn_index.shape, dtype=per_turn.dtype, device=per_turn.device)
     return torch.where(valid, per_turn.gather(1, idx), per_turn.new_zeros(()))
 
 
-def _next_policy_index(valid: Tensor) -> Tensor:
-    """[B, L] long: position of the next valid token strictly after each position, L if none."""
-    B, L = valid.shape
-    pos = torch.arange(L, device=valid.device).expand(B, L)
-    idx = torch.where(valid, pos, torch.full_like(pos, L))
-    # suffix minimum over positions > i: shift left by one, then reversed cumulative min
-    shifted = torch.cat([idx[:, 1:], torch.full_like(idx[:, :1], L)], dim=1)
-    return shifted.flip(1).cummin(1).values.flip(1)
+def _max_turn(turn_index: Tensor, valid: Tensor) -> int:
+    """Largest turn index among valid tokens, -1 if there are none."""
+    if turn_index.numel() == 0:
+        return -1
+    return int(torch.where(valid, turn_index, turn_index.new_full((), -1)).max())
 
 
-def _gather_padded(x: Tensor, index: Tensor) -> Tensor:
-    """`x[b, index[b, i]]` with index == L meaning 'none' -> 0."""
-    padded = torch.cat([x, x.new_zeros(x.shape[0], 1)], dim=1)
-    return padded.gather(1, index)
+class _Packed:
+    """The valid (policy) positions of each row of a [B, L] batch, packed to the left in order.
 
-
-def _discounted_suffix_sum(delta: Tensor, valid: Tensor, decay: Tensor | float) -> Tensor:
-    """`A_i = delta_i + decay_i * A_next(i)` over the valid positions of each row, right to left.
-
-    delta, valid: [B, L]; decay: scalar or [B, L] (the factor linking i to the next valid
-    position; setting it to 0 restarts the sum). Invalid positions carry the running sum through
-    unchanged and are zeroed on output.
+    After packing, "the next policy token" is simply the next column, so environment tokens and
+    padding disappear from the recursions. `order[b, j]` is the position of row b's j-th policy
+    token; `valid[b, j]` says whether slot j exists for row b (rows have different counts).
     """
-    B, L = delta.shape
-    decay = torch.as_tensor(decay, dtype=delta.dtype, device=delta.device).expand(B, L)
-    out = torch.zeros_like(delta)
+
+    def __init__(self, valid: Tensor):
+        B, L = valid.shape
+        self.L = L
+        count = valid.sum(1)
+        self.width = int(count.max()) if B else 0
+        slot = (valid.cumsum(1) - 1).masked_fill_(~valid, self.width)  # invalid -> dump column
+        pos = torch.arange(L, device=valid.device).expand(B, L)
+        order = torch.zeros(B, self.width + 1, dtype=torch.long, device=valid.device)
+        self.order = order.scatter_(1, slot, pos)[:, :self.width]
+        self.valid = torch.arange(self.width, device=valid.device) < count[:, None]
+        self._dest = self.order.masked_fill(~self.valid, L)  # empty slots -> dump column
+
+    def pack(self, x: Tensor, fill=0) -> Tensor:
+        """[B, L] -> [B, width]; empty slots get `fill`."""
+        return x.gather(1, self.order).masked_fill_(~self.valid, fill)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """[B, width] -> [B, L]; positions that are not policy tokens get 0."""
+        out = x.new_zeros(x.shape[0], self.L + 1)
+        return out.scatter_(1, self._dest, x)[:, :self.L]
+
+
+def _shift_left(x: Tensor, fill=0) -> Tensor:
+    """`out[:, j] = x[:, j + 1]`, last column `fill`."""
+    return torch.cat([x[:, 1:], torch.full_like(x[:, :1], fill)], dim=1)
+
+
+def _discounted_suffix_sum(delta: Tensor, decay: Tensor | float) -> Tensor:
+    """`A_j = delta_j + decay_j * A_{j+1}` right to left along dim 1 of a packed [B, W] tensor.
+
+    decay: scalar or [B, W] (0 restarts the sum). Trailing empty slots must hold delta = 0.
+    Runs time-major so that each of the W steps is one fused multiply-add on a contiguous row.
+    """
+    B, W = delta.shape
+    d = delta.T.contiguous().unbind(0)
+    out = torch.zeros(W, B, dtype=delta.dtype, device=delta.device)
+    rows = out.unbind(0)
     acc = delta.new_zeros(B)
-    for i in reversed(range(L)):
-        acc = torch.where(valid[:, i], delta[:, i] + decay[:, i] * acc, acc)
-        out[:, i] = acc
-    return out * valid
+    if isinstance(decay, Tensor):
+        c = decay.expand(B, W).T.contiguous().unbind(0)
+        for j in reversed(range(W)):
+            acc = torch.addcmul(d[j], c[j], acc, out=rows[j])
+    else:
+        for j in reversed(range(W)):
+            acc = torch.add(d[j], acc, alpha=decay, out=rows[j])
+    return out.T
 
 
 def _group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -159,26 +189,16 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
     Equals `credit.gae` on each row's policy-token subsequence.
     Returns (advantages [B, L], returns [B, L] = advantages + values), 0 outside the mask.
     """
-    valid = response_mask > 0
-    nxt = _next_policy_index(valid)
-    is_last = valid & (nxt == values.shape[1])
-    next_values = _gather_padded(values, nxt)
-    delta = rewards[:, None] * is_last + gamma * next_values - values
-    adv = _discounted_suffix_sum(delta, valid, gamma * lam)
-    return adv, (adv + values) * valid
+    packed = _Packed(response_mask > 0)
+    v = packed.pack(values)
+    has_next = _shift_left(packed.valid, False)
+    is_last = packed.valid & ~has_next
+    delta = rewards[:, None] * is_last + gamma * _shift_left(v) - v  # empty slots: 0
+    adv = _discounted_suffix_sum(delta, gamma * lam)
+    return packed.unpack(adv), packed.unpack(adv + v)
 
 
 # ----------------------------------------------------------------------------- MPO
-
-
-def _turn_first_values(values: Tensor, turn_index: Tensor, valid: Tensor, n_turns: int) -> Tensor:
-    """[B, n_turns] value at the first policy token of each turn (0 for absent turns)."""
-    B, L = values.shape
-    pos = torch.arange(L, device=values.device).expand(B, L)
-    first = torch.full((B, n_turns + 1), L, dtype=torch.long, device=values.device)
-    slot = torch.where(valid, turn_index, torch.full_like(turn_index, n_turns))
-    first.scatter_reduce_(1, slot, torch.where(valid, pos, torch.full_like(pos, L)), reduce="amin")
-    return _gather_padded(values, first[:, :n_turns])
 
 
 def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
@@ -192,41 +212,44 @@ def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
     Follow with `masked_whiten(adv, response_mask)` to normalise over the batch's valid tokens.
     """
     valid = (response_mask > 0) & (turn_index >= 0)
-    B, L = values.shape
-    n_turns = int(turn_index[valid].max()) + 1 if valid.any() else 0
+    B = values.shape[0]
+    n_turns = _max_turn(turn_index, valid) + 1
     if n_turns == 0:
         return torch.zeros_like(values)
+    packed = _Packed(valid)
+    v = packed.pack(values)
+    turn = packed.pack(turn_index, fill=-1)
+    next_turn = _shift_left(turn, -1)
+    prev_turn = torch.cat([turn.new_full((B, 1), -1), turn[:, :-1]], dim=1)
 
-    # intra-turn trace: token TD residuals, accumulated with lam_intra inside a turn only
-    nxt = _next_policy_index(valid)
-    is_last = valid & (nxt == L)
-    next_values = _gather_padded(values, nxt)
-    next_turn = torch.cat([turn_index, turn_index.new_full((B, 1), -1)], dim=1).gather(1, nxt)
-    delta = rewards[:, None] * is_last + next_values - values
-    same_turn = (next_turn == turn_index).to(values.dtype)
-    intra = _discounted_suffix_sum(delta, valid, lam_intra * same_turn)
+    # intra-turn trace: token TD residuals (gamma = 1), accumulated with lam_intra within a turn
+    is_last = packed.valid & (next_turn < 0)
+    delta = rewards[:, None] * is_last + _shift_left(v) - v  # empty slots: 0
+    same_turn = (next_turn == turn).to(v.dtype)
+    intra = _discounted_suffix_sum(delta, lam_intra * same_turn)
 
-    # turn-level GAE on the first values of each turn
-    turns_per_row = torch.where(valid, turn_index + 1, torch.zeros_like(turn_index)).max(1).values
-    t = torch.arange(n_turns, device=values.device).expand(B, n_turns)
-    turn_valid = t < turns_per_row[:, None]
-    first = _turn_first_values(values, turn_index, valid, n_turns)
-    next_first = torch.cat([first[:, 1:], first.new_zeros(B, 1)], dim=1)
-    next_first = torch.where(t + 1 < turns_per_row[:, None], next_first, first.new_zeros(()))
+    # turn-level GAE on the value at each turn's first policy token
+    dump = torch.full_like(turn, n_turns)  # scatter target for tokens that are not turn starts
+    is_first = packed.valid & (prev_turn != turn)
+    first = v.new_zeros(B, n_turns + 1).scatter_(1, torch.where(is_first, turn, dump), v)[:, :n_turns]
+    turns_per_row = turn.max(1).values + 1
+    t = torch.arange(n_turns, device=v.device)
+    next_first = torch.where(t + 1 < turns_per_row[:, None], _shift_left(first), 0.0)
     is_final_turn = t == (turns_per_row[:, None] - 1)
-    delta_turn = rewards[:, None] * is_final_turn + next_first - first
-    turn_adv = _discounted_suffix_sum(delta_turn, turn_valid, lam)
+    delta_turn = torch.where(t < turns_per_row[:, None],
+                             rewards[:, None] * is_final_turn + next_first - first, 0.0)
+    turn_adv = _discounted_suffix_sum(delta_turn, lam)
 
-    # centre the intra trace within each turn
-    idx = turn_index.clamp(min=0)
-    vm = valid.to(values.dtype)
-    sums = values.new_zeros(B, n_turns).scatter_add_(1, idx, intra * vm)
-    counts = values.new_zeros(B, n_turns).scatter_add_(1, idx, vm)
+    # centre the intra trace within each turn (least-squares projection keeps the turn mean)
+    slot = torch.where(packed.valid, turn, dump)
+    pv = packed.valid.to(v.dtype)
+    sums = v.new_zeros(B, n_turns + 1).scatter_add_(1, slot, intra)
+    counts = v.new_zeros(B, n_turns + 1).scatter_add_(1, slot, pv)
     intra_mean = sums / counts.clamp(min=1)
+    turn_adv = torch.cat([turn_adv, turn_adv.new_zeros(B, 1)], dim=1)
 
-    adv = broadcast_turn_values(turn_adv, turn_index, vm) + beta * (
-        intra - broadcast_turn_values(intra_mean, turn_index, vm))
-    return adv * vm
+    adv = turn_adv.gather(1, slot) + beta * (intra - intra_mean.gather(1, slot))
+    return packed.unpack(adv * pv)
 
 
 # ----------------------------------------------------------------------------- TRACE
@@ -278,7 +301,7 @@ def trace_token_advantages(mean_logprobs: Tensor, num_turns: Tensor, outcome_adv
     r = torch.where(turn_valid, c + term * reaches_end, torch.zeros((), dtype=dtype, device=device))
 
     valid = (response_mask > 0) & (turn_index >= 0)
-    width = max(M - 1, int(turn_index[valid].max()) + 1 if valid.any() else 0)
+    width = max(M - 1, _max_turn(turn_index, valid) + 1)
     per_turn = torch.cat([r, r.new_zeros(B, width - (M - 1))], dim=1)
     turn_term = broadcast_turn_values(per_turn, turn_index, response_mask)
     vm = valid.to(dtype)
