@@ -8,7 +8,7 @@ so a search returns several plausible documents and names must be copied exactly
 
 Tools (the whole assistant message is exactly one call):
   search(QUERY)   -> top 3 documents, one line each: `d12 Zorblax Corp`
-  open(DOC_ID)    -> the document: `Mira Quon. birthplace: Tellavin. employer: Quibbly Inc. mentor: Jax Orr.`
+  open(DOC_ID)    -> the document: `Mira Quon. birthplace: Tellavin. employer: Quibbly Inc.`
   answer(TEXT)    -> ends the episode; reward 1.0 if TEXT names the gold entity, else 0.0
 
 Everything is deterministic from the seed (`random.Random(seed)`, never the global RNG).
@@ -48,11 +48,14 @@ TOP_K = 3
 
 # kind -> ordered relations (attribute name -> kind of its value)
 RELATIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "person": (("birthplace", "city"), ("employer", "company"), ("mentor", "person")),
+    "person": (("birthplace", "city"), ("employer", "company")),
     "company": (("founder", "person"), ("ceo", "person"), ("hq", "city")),
     "city": (("country", "country"),),
-    "country": (("capital", "city"),),
+    "country": (),
 }
+# Layered on purpose: no person->person or country->city relation, so a chain rarely repeats a
+# relation and the next hop is the one fact of the opened document whose name appears in the
+# question. That keeps the env learnable by a ~1M-parameter model in minutes on a CPU.
 _KIND_SHARE = (("person", 0.40), ("company", 0.25), ("city", 0.25), ("country", 0.10))
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
@@ -190,17 +193,11 @@ class SearchWorld:
             return rng.choice(cands or pool)
 
         cities, countries = names["city"], names["country"]
-        capitals = rng.sample(cities, len(countries))
-        for country, cap in zip(countries, capitals):
-            facts[country]["capital"] = cap
-            facts[cap]["country"] = country
         for c in cities:
-            if "country" not in facts[c]:
-                facts[c]["country"] = pick(c, "country", countries, set())
+            facts[c]["country"] = pick(c, "country", countries, set())
         for p in names["person"]:
             facts[p]["birthplace"] = pick(p, "birthplace", cities, set())
             facts[p]["employer"] = pick(p, "employer", names["company"], set())
-            facts[p]["mentor"] = pick(p, "mentor", names["person"], {p})
         for c in names["company"]:
             facts[c]["founder"] = pick(c, "founder", names["person"], set())
             facts[c]["ceo"] = pick(c, "ceo", names["person"], {facts[c]["founder"]})
@@ -438,7 +435,7 @@ class SearchSpec:
     name = "search"
 
     def __init__(self, seed: int = 0, n_entities: int = 300, min_hops: int = 2,
-                 max_hops: int = 3, n_train: int = 2000, n_eval: int = 200, max_turns: int = 12):
+                 max_hops: int = 3, n_train: int = 1600, n_eval: int = 200, max_turns: int = 12):
         if not 1 <= min_hops <= max_hops:
             raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
         if max_hops > 5:

@@ -1,0 +1,1 @@
+"""Models: loading policies/critics/references and the tiny built-in agent."""

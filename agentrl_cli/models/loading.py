@@ -1,0 +1,60 @@
+"""Load the policy (and, through the trainer, its critic and reference) from config."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from .chat import ChatFormat
+from .tiny import TinyRecipe, ensure_tiny
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("model.device=cuda but no CUDA device is available")
+    return torch.device(name)
+
+
+def tiny_recipe(cfg: RunConfig) -> TinyRecipe:
+    return TinyRecipe(env=cfg.env.name, env_seed=cfg.env.seed, min_hops=cfg.env.min_hops,
+                      max_hops=cfg.env.max_hops, max_turns=cfg.env.max_turns,
+                      max_steps=cfg.model.tiny_warmup_steps,
+                      target_success=cfg.model.tiny_target_success)
+
+
+def model_path(cfg: RunConfig, log: Callable[[str], None] = print) -> str:
+    """Local folder (building the tiny model if needed) or the hub id the user named."""
+    if cfg.model.name == "tiny":
+        return str(ensure_tiny(tiny_recipe(cfg), log))
+    return cfg.model.name
+
+
+def load_model(path: str, cfg: RunConfig):
+    from transformers import AutoModelForCausalLM
+
+    local = Path(path).is_dir()
+    if not local and ("/" not in path or path.startswith((".", "/", "~"))):
+        raise ConfigError(f"model not found: '{path}' is neither a local folder nor a hub id")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=DTYPES[cfg.model.dtype], attn_implementation=cfg.model.attention)
+    except OSError as e:
+        raise ConfigError(f"cannot load model '{path}': {str(e).splitlines()[0]}") from None
+    return model
+
+
+def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
+    """-> (model, tokenizer, ChatFormat, path) on the configured device, in eval mode."""
+    from transformers import AutoTokenizer
+
+    path = model_path(cfg, log)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = load_model(path, cfg).to(resolve_device(cfg.model.device))
+    model.eval()
+    return model, tok, ChatFormat.from_tokenizer(tok), path

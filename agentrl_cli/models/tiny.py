@@ -1,0 +1,216 @@
+"""The tiny built-in agent: a locally trained tokenizer, a small Qwen3-architecture model, and a
+supervised warm-up on *imperfect* expert demonstrations of the built-in env.
+
+Everything is built from the recipe below and the seed (no hub access), saved as an ordinary
+Hugging Face folder (so `--model tiny` and `--model /path` load through the same code), and
+cached under `$AGENTRL_CACHE` (default `~/.cache/agentrl`) keyed by a hash of the recipe.
+
+The warm-up stops as soon as the held-out success (sampled, temperature 1) reaches
+`target_success`, so the base agent is competent but far from perfect: RL needs room. The
+demonstrator opens a distractor document with probability `error_rate` and follows it, so even
+perfect imitation succeeds only about (1 - error_rate)^hops of the time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+RECIPE_VERSION = 4
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    env: str = "search"
+    env_seed: int = 0
+    min_hops: int = 2
+    max_hops: int = 3
+    max_turns: int = 12
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 384
+    max_positions: int = 1024
+    demos: int = 3000
+    error_rate: float = 0.3
+    batch_size: int = 32
+    lr: float = 3e-3
+    max_steps: int = 400
+    eval_every: int = 25
+    eval_tasks: int = 96
+    target_success: float = 0.15
+    seed: int = 0
+
+    def key(self) -> str:
+        blob = json.dumps({"v": RECIPE_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
+
+
+def tiny_path(recipe: TinyRecipe) -> Path:
+    return cache_root() / f"tiny-{recipe.env}-{recipe.key()}"
+
+
+def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
+    """Return the folder of the tiny model, building it (once) if absent."""
+    path = tiny_path(recipe)
+    if (path / "recipe.json").is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    try:
+        build_tiny(recipe, tmp, log)
+        try:
+            os.replace(tmp, path)  # atomic publish; a concurrent builder may have won
+        except OSError:
+            if not (path / "recipe.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+# ------------------------------------------------------------------------------ building
+def _spec(recipe: TinyRecipe):
+    from ..envs import ENVS
+
+    return ENVS.get(recipe.env)(seed=recipe.env_seed, min_hops=recipe.min_hops,
+                                max_hops=recipe.max_hops, max_turns=recipe.max_turns)
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """Byte-level BPE, digits split singly, with a Qwen-style chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    core.train_from_iterator(texts, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>", bos_token=None)
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def make_model(recipe: TinyRecipe, vocab_size: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        vocab_size=vocab_size, hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate, num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads, num_key_value_heads=recipe.kv_heads,
+        head_dim=recipe.hidden_size // recipe.heads, max_position_embeddings=recipe.max_positions,
+        tie_word_embeddings=True, rope_theta=10000.0, pad_token_id=0, eos_token_id=2,
+        bos_token_id=None,
+    )
+    torch.manual_seed(recipe.seed)
+    return Qwen3ForCausalLM(cfg)
+
+
+def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
+    from ..engines.hf import HFEngine, SamplingParams
+    from ..rollout.runner import run_episodes, run_expert
+    from .chat import ChatFormat
+    from .sequences import pad_episodes, token_logprobs
+
+    t0 = time.time()
+    spec = _spec(recipe)
+    rng = random.Random(recipe.seed)
+    train_tasks = spec.tasks("train")
+    eval_tasks = spec.tasks("eval", recipe.eval_tasks)
+
+    # 1. tokenizer, trained on expert transcripts (perfect and imperfect) of training tasks
+    texts: list[str] = []
+    probe_env = spec.make()
+    texts.append(probe_env.system_prompt)
+    for i, task in enumerate(train_tasks[:1500]):
+        env = spec.make()
+        texts.append(env.reset(task))
+        for _ in range(recipe.max_turns):
+            action = spec.expert(env, rng, recipe.error_rate if i % 2 else 0.0)
+            res = env.step(action)
+            texts.append(action)
+            if res.observation:
+                texts.append(res.observation)
+            if res.terminated or res.truncated:
+                break
+    texts += ["user", "assistant", "tool", "system", "error"]
+    tok = train_tokenizer(texts, recipe.vocab_size)
+    fmt = ChatFormat.from_tokenizer(tok)
+    log(f"tiny: tokenizer trained ({len(tok)} tokens) in {time.time() - t0:.1f}s")
+
+    # 2. model
+    model = make_model(recipe, len(tok))
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"tiny: Qwen3 model with {n_params / 1e6:.2f}M parameters")
+
+    # 3. warm-up on imperfect demonstrations (policy tokens only carry loss)
+    demo_tasks = [(train_tasks[rng.randrange(len(train_tasks))], 0) for _ in range(recipe.demos)]
+    demos = run_expert(fmt, spec, demo_tasks, max_tokens=recipe.max_positions,
+                       seed=recipe.seed, error_rate=recipe.error_rate)
+    demo_success = sum(e.success for e in demos) / len(demos)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    engine = HFEngine(model, fmt.pad_id)
+    params = SamplingParams(temperature=1.0, max_new_tokens=40)
+    gen = torch.Generator().manual_seed(recipe.seed)
+    history = []
+    success = 0.0
+    step = 0
+    for step in range(1, recipe.max_steps + 1):
+        lr = recipe.lr * min(1.0, step / 20)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = [demos[rng.randrange(len(demos))] for _ in range(recipe.batch_size)]
+        ids, mask, attn = pad_episodes(batch, fmt.pad_id)
+        model.train()
+        logp = token_logprobs(model, ids, attn)
+        loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % recipe.eval_every == 0:
+            model.eval()
+            eps = run_episodes(engine, fmt, spec, [(t, 0) for t in eval_tasks], params,
+                               max_tokens=recipe.max_positions, batch_size=96, generator=gen)
+            success = sum(e.success for e in eps) / len(eps)
+            history.append({"step": step, "loss": float(loss.detach()), "success": success})
+            log(f"tiny: warm-up step {step} loss {float(loss.detach()):.3f} held-out success {success:.2f}")
+            if success >= recipe.target_success:
+                break
+    model.eval()
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    info = {"recipe": asdict(recipe), "key": recipe.key(), "params": n_params,
+            "warmup_steps": step, "base_success": success, "demo_success": demo_success,
+            "history": history, "build_seconds": time.time() - t0}
+    (out / "recipe.json").write_text(json.dumps(info, indent=2))
+    log(f"tiny: built in {time.time() - t0:.0f}s (demonstrator success {demo_success:.2f}, "
+        f"held-out success {success:.2f})")
+    return info

@@ -1,0 +1,96 @@
+"""From episodes to the training batch, and micro-batches by token budget.
+
+All per-token tensors are [B, L] aligned with `input_ids`: position t holds what concerns token
+t (its log-prob given the prefix before it, the critic's value of the state before it).
+Position 0 is always a prompt token, so nothing is lost by the shift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from ..models.sequences import hidden_states, logprobs_from_hidden, pad_episodes, pad_field
+from ..types import Episode
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor       # [B, L] long, right-padded
+    attention_mask: torch.Tensor  # [B, L] long, 1 on real tokens
+    response_mask: torch.Tensor   # [B, L] float, 1 on policy tokens (the only ones trained on)
+    engine_logprobs: torch.Tensor  # [B, L] float, the engine's log-prob of each policy token
+    turn_index: torch.Tensor      # [B, L] long, turn of each policy token, -1 elsewhere
+    segment_index: torch.Tensor   # [B, L] long, segment of each policy token, -1 elsewhere
+    rewards: torch.Tensor         # [B] float, terminal reward R
+    group_index: torch.Tensor     # [B] long, GRPO group (task) of each episode
+    old_logprobs: torch.Tensor | None = None  # [B, L] trainer log-probs before the update
+    ref_logprobs: torch.Tensor | None = None  # [B, L] frozen reference's log-probs
+    old_values: torch.Tensor | None = None    # [B, L] critic before the update
+    advantages: torch.Tensor | None = None    # [B, L] frozen for the update
+    returns: torch.Tensor | None = None       # [B, L] critic targets (masked by value_mask)
+    value_mask: torch.Tensor | None = None    # [B, L] where the critic is regressed
+    extras: dict = field(default_factory=dict)  # estimator-specific inputs (segment values, ...)
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, rows: list[int]) -> "Batch":
+        idx = torch.tensor(rows, dtype=torch.long)
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kw[f.name] = v[idx] if isinstance(v, torch.Tensor) else v
+        return Batch(**kw)
+
+
+def collate(episodes: list[Episode], pad_id: int) -> Batch:
+    ids, mask, attn = pad_episodes(episodes, pad_id)
+    return Batch(
+        input_ids=ids, attention_mask=attn, response_mask=mask,
+        engine_logprobs=pad_field(episodes, "logprobs", 0.0, torch.float),
+        turn_index=pad_field(episodes, "turn_index", -1, torch.long),
+        segment_index=pad_field(episodes, "segment_index", -1, torch.long),
+        rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float),
+        group_index=torch.tensor([e.group for e in episodes], dtype=torch.long),
+    )
+
+
+def microbatches(batch: Batch, max_tokens: int) -> list[list[int]]:
+    """Consecutive rows whose padded size (rows x longest) stays within `max_tokens`."""
+    lengths = batch.attention_mask.sum(1).tolist()
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if cur and max(longest, n) * (len(cur) + 1) > max_tokens:
+            groups.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def trim(batch: Batch) -> Batch:
+    """Drop the all-padding tail columns of a micro-batch."""
+    L = int(batch.attention_mask.sum(1).max())
+    kw = {}
+    for f in fields(batch):
+        v = getattr(batch, f.name)
+        kw[f.name] = v[:, :L] if isinstance(v, torch.Tensor) and v.dim() == 2 else v
+    return Batch(**kw)
+
+
+def forward(model, value_head, mb: Batch, temperature: float):
+    """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0)."""
+    h = hidden_states(model, mb.input_ids, mb.attention_mask)
+    lp = logprobs_from_hidden(model, h, mb.input_ids, temperature)
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    values = None
+    if value_head is not None:
+        v = value_head(h[:, :-1].float()).squeeze(-1)
+        values = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
+    return lp, values
