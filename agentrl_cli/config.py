@@ -32,7 +32,7 @@ class ModelConfig:
     """Critic form when the method needs one: `head` (value head on the policy backbone) | `separate`."""
     device: str = "auto"
     """auto | cpu | cuda."""
-    tiny_warmup_steps: int = 400
+    tiny_warmup_steps: int = 600
     """Tiny model: maximum supervised warm-up steps on imperfect expert demonstrations."""
     tiny_target_success: float = 0.15
     """Tiny model: stop the warm-up once held-out success reaches this (RL needs room above)."""
@@ -389,3 +389,24 @@ def describe() -> list[tuple[str, str, str]]:
 
     walk(RunConfig, "")
     return rows
+
+
+def load_saved(run_dir: str | Path, sets: list[str] | None = None) -> RunConfig:
+    """The config a run folder was started with (its config.json), plus `--set` overrides."""
+    import json
+
+    p = Path(run_dir) / "config.json"
+    if not p.is_file():
+        raise ConfigError(f"no run found at {run_dir} (missing config.json)")
+    flat: dict[str, Any] = {}
+
+    def walk(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            else:
+                flat[f"{prefix}{k}"] = v
+
+    walk(json.loads(p.read_text()), "")
+    flat.update(parse_sets(sets))
+    return build(flat)

@@ -51,7 +51,8 @@ class TinyRecipe:
     error_rate: float = 0.3
     batch_size: int = 32
     lr: float = 3e-3
-    max_steps: int = 400
+    max_steps: int = 600
+    eval_start: int = 100
     eval_every: int = 25
     eval_tasks: int = 96
     target_success: float = 0.15
@@ -195,7 +196,7 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % recipe.eval_every == 0:
+        if step >= recipe.eval_start and step % recipe.eval_every == 0:
             model.eval()
             eps = run_episodes(engine, fmt, spec, [(t, 0) for t in eval_tasks], params,
                                max_tokens=recipe.max_positions, batch_size=96, generator=gen)

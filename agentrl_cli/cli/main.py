@@ -1,0 +1,25 @@
+"""`agentrl`: rollout | train | eval | diagnose | ablate. Commands are thin: parse, build a
+RunConfig with the one loader, call one library function."""
+from __future__ import annotations
+
+import typer
+
+from . import ablate, diagnose, evaluate, rollout, train
+
+app = typer.Typer(
+    name="agentrl",
+    help="Reinforcement learning for long-horizon, tool-using LLM agents (FOCUS, MPO, TRACE and "
+         "fair baselines). Start with: agentrl train --method focus",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("train")(train.train_cmd)
+app.command("rollout")(rollout.rollout_cmd)
+app.command("eval")(evaluate.eval_cmd)
+app.command("diagnose")(diagnose.diagnose_cmd)
+app.command("ablate")(ablate.ablate_cmd)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,66 @@
+"""Shared command options (Annotated aliases) and the one-line error handling."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML preset (flat dotted keys or nested sections).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key: --set train.lr=1e-4 (repeatable).")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Run seed.")]
+MethodOpt = Annotated[Optional[str], typer.Option("--method", "-m", help="Recipe: focus, grpo, dr_grpo, rloo, dapo, gspo, ppo, vineppo, mpo, trace.")]
+EnvOpt = Annotated[Optional[str], typer.Option("--env", "-e", help="Environment (default: search).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="'tiny' (built in), a local Hugging Face folder, or a hub id.")]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation engine: hf (default) or vllm (GPU).")]
+
+
+def flags(method=None, env=None, model=None, engine=None, seed=None, out=None) -> dict:
+    """CLI flags as dotted config keys (None = not given)."""
+    return {"env.name": env, "model.name": model, "rollout.engine": engine, "seed": seed,
+            "out": None if out is None else str(out), "_method": method}
+
+
+def load_config(config: Path | None, sets: list[str] | None, **kw):
+    from ..config import load
+
+    f = flags(**kw)
+    method = f.pop("_method")
+    return load(str(config) if config else None, sets, method=method, **f)
+
+
+def default_out(cfg) -> Path:
+    if cfg.out:
+        return Path(cfg.out)
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.method}-{cfg.env.name}"
+
+
+def user_errors(fn):
+    """User mistakes -> one line on stderr and exit code 2; tracebacks only with AGENTRL_DEBUG=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from ..config import ConfigError
+        from ..registry import RegistryError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, RegistryError) as e:
+            if os.environ.get("AGENTRL_DEBUG") == "1":
+                raise
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(2)
+        except KeyboardInterrupt:
+            print("interrupted (resume with --resume <out dir>)", file=sys.stderr)
+            raise typer.Exit(130)
+        except Exception as e:  # an unexpected failure: still one line unless debugging
+            if os.environ.get("AGENTRL_DEBUG") == "1":
+                raise
+            print(f"error: {type(e).__name__}: {e} (set AGENTRL_DEBUG=1 for the traceback)", file=sys.stderr)
+            raise typer.Exit(1)
+
+    return wrapper

@@ -1,0 +1,57 @@
+"""agentrl rollout"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .options import (ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt, SetOpt,
+                      load_config, user_errors)
+
+
+@user_errors
+def rollout_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file of episodes to write.")] = Path("episodes.jsonl"),
+    n: Annotated[int, typer.Option("--n", help="Number of episodes.", min=1)] = 64,
+    policy: Annotated[str, typer.Option("--policy", help="model (the policy) or expert (the env's scripted expert).")] = "model",
+    split: Annotated[str, typer.Option("--split", help="Task split: train or eval.")] = "eval",
+    group_size: Annotated[int, typer.Option("--group-size", "-g", help="Episodes per task.", min=1)] = 1,
+    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Checkpoint (or run) folder to load the policy from.")] = None,
+    method: MethodOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    engine: EngineOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    seed: SeedOpt = None,
+):
+    """Roll out episodes and write them as JSONL. Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
+    from ..rollout.collect import collect
+
+    if policy not in ("model", "expert"):
+        from ..config import ConfigError
+        raise ConfigError(f"--policy must be model or expert, got '{policy}'")
+    if checkpoint is not None:
+        from ..train.checkpoint import find
+        model = str(find(checkpoint))
+    cfg = load_config(config, set_, method=method, env=env, model=model, engine=engine, seed=seed)
+    eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with tmp.open("w") as f:
+        for e in eps:
+            f.write(json.dumps(e.to_json()) + "\n")
+    tmp.replace(out)
+    t = Table(title=f"{len(eps)} episodes ({policy}) on {cfg.env.name}")
+    for c in ("success", "reward", "turns", "tool calls", "generated tokens"):
+        t.add_column(c)
+    m = len(eps)
+    t.add_row(f"{sum(e.success for e in eps) / m:.3f}", f"{sum(e.reward for e in eps) / m:.3f}",
+              f"{sum(e.num_turns for e in eps) / m:.2f}", f"{sum(e.num_tool_calls for e in eps) / m:.2f}",
+              f"{sum(e.generated_tokens for e in eps) / m:.1f}")
+    Console().print(t)
+    Console().print(f"wrote {out}", highlight=False)

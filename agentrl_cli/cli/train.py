@@ -1,0 +1,50 @@
+"""agentrl train"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .options import (ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt, SetOpt,
+                      default_out, load_config, user_errors)
+
+
+@user_errors
+def train_cmd(
+    method: MethodOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    engine: EngineOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    seed: SeedOpt = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default runs/<time>-<method>-<env>).")] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
+):
+    """Train an agent. Example: agentrl train --method focus --seed 0 --set train.steps=40"""
+    from ..config import load_saved
+    from ..reporting.live import TrainProgress, summary_table
+    from ..train.loop import train
+
+    sets = list(set_ or []) + ([f"train.steps={steps}"] if steps is not None else [])
+    if resume is not None:
+        run_dir = resume if (resume / "config.json").is_file() else resume.parent.parent
+        cfg = load_saved(run_dir, sets)
+        out_dir = Path(cfg.out)
+    else:
+        cfg = load_config(config, sets, method=method, env=env, model=model, engine=engine,
+                          seed=seed, out=out)
+        out_dir = default_out(cfg)
+        cfg = dataclasses.replace(cfg, out=str(out_dir))
+    console = Console()
+    console.print(f"[bold]agentrl train[/] method={cfg.method} env={cfg.env.name} model={cfg.model.name} "
+                  f"seed={cfg.seed} -> {out_dir}", highlight=False)
+    summary = train(cfg, out_dir, resume=str(resume) if resume else None,
+                    log=lambda s: console.print(s, highlight=False), progress=TrainProgress(console))
+    console.print(summary_table(summary))
+    console.print(f"summary: {out_dir / 'summary.json'} · curve: {out_dir / 'learning_curve.png'}",
+                  highlight=False)

@@ -1,0 +1,1 @@
+"""Evaluation runner and reports."""

@@ -1,0 +1,56 @@
+"""Evaluation: n samples per held-out task -> pass@k, pass^k, mean@1, tokens per question."""
+from __future__ import annotations
+
+import torch
+
+from ..engines.hf import SamplingParams
+from ..envs.base import EnvSpec, Task
+from ..metrics import aggregate_pass
+from ..models.chat import ChatFormat
+from ..rollout.runner import run_episodes
+
+
+def ks_up_to(k_max: int) -> list[int]:
+    ks, k = [], 1
+    while k <= k_max:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != k_max:
+        ks.append(k_max)
+    return ks
+
+
+def evaluate(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[Task], n: int,
+             params: SamplingParams, max_tokens: int, batch_size: int, seed: int,
+             k_max: int = 1) -> dict:
+    """Roll out `n` samples for each task; metrics are averaged over tasks."""
+    gen = torch.Generator().manual_seed(seed)
+    pairs = [(t, i) for i, t in enumerate(tasks) for _ in range(n)]
+    eps = run_episodes(engine, fmt, spec, pairs, params, max_tokens, batch_size, gen)
+    counts = [(n, sum(e.success for e in eps if e.group == i)) for i in range(len(tasks))]
+    ks = ks_up_to(min(k_max, n))
+    agg = aggregate_pass(counts, ks)
+    return {
+        "pass@k": {str(k): agg[f"pass@{k}"] for k in ks},
+        "pass^k": {str(k): agg[f"pass^{k}"] for k in ks},
+        "mean@1": sum(e.success for e in eps) / len(eps),
+        "tokens_per_question": sum(e.generated_tokens for e in eps) / len(eps),
+        "tool_calls": sum(e.num_tool_calls for e in eps) / len(eps),
+        "n": n,
+        "tasks": len(tasks),
+    }
+
+
+def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False) -> dict:
+    """`agentrl eval`'s library function: load the policy from config and evaluate it."""
+    from ..engines.hf import ENGINES
+    from ..models.loading import load_policy
+    from ..train.loop import make_spec
+
+    model, _, fmt, _ = load_policy(cfg)
+    spec = make_spec(cfg)
+    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
+    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens,
+                            greedy=greedy)
+    return evaluate(engine, fmt, spec, spec.tasks("eval", n_tasks), n, params,
+                    cfg.rollout.max_tokens, cfg.rollout.batch_size, seed=cfg.seed, k_max=k_max)

@@ -1,0 +1,1 @@
+"""Reporting: metrics.jsonl, rich tables and live display, matplotlib plots."""

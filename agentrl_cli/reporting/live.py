@@ -1,0 +1,63 @@
+"""The live training display: a rich progress bar on a terminal, one line per step otherwise."""
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+class TrainProgress:
+    def __init__(self, console: Console):
+        self.console = console
+        self.live = console.is_terminal
+        self.progress = None
+        self.task = None
+
+    def start(self, total: int, done: int) -> None:
+        self.t0, self.done0 = time.time(), done
+        if self.live:
+            self.progress = Progress(
+                TextColumn("[bold]step {task.completed}/{task.total}"), BarColumn(),
+                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), console=self.console)
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=total, completed=done, info="")
+
+    def update(self, step: int, row: dict, eval_success: float) -> None:
+        info = (f"reward {row['reward/mean']:.2f}  held-out {eval_success:.2f}  "
+                f"tok/s {row['tokens/s']:.0f}  tools/ep {row['rollout/tool_calls']:.1f}")
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, info=info)
+        else:
+            self.console.print(f"step {step}  {info}  ({row['time/step']:.1f}s)", highlight=False)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def summary_table(summary: dict) -> Table:
+    t = Table(title=f"{summary['method']} on {summary['env']} ({summary['steps']} steps, "
+                    f"{summary['wall_seconds']:.0f}s)")
+    t.add_column("", style="bold")
+    t.add_column("base")
+    t.add_column("trained")
+    t.add_row("held-out success", f"{summary['base_success']:.3f}", f"{summary['final_success']:.3f}")
+    t.add_row("tokens / eval question", f"{summary['base_tokens_per_question']:.1f}",
+              f"{summary['final_tokens_per_question']:.1f}")
+    t.add_row("tokens generated in training", "", f"{summary['tokens_generated']:,}")
+    return t
+
+
+def eval_table(res: dict, title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("k")
+    t.add_column("pass@k")
+    t.add_column("pass^k")
+    for k in res["pass@k"]:
+        t.add_row(k, f"{res['pass@k'][k]:.3f}", f"{res['pass^k'][k]:.3f}")
+    t.caption = (f"mean@1 {res['mean@1']:.3f} · tokens/question {res['tokens_per_question']:.1f} · "
+                 f"n={res['n']} samples x {res['tasks']} tasks")
+    return t

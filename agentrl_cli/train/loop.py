@@ -1,0 +1,276 @@
+"""The trainer loop, top to bottom (CleanRL-style): rollout -> credit -> update -> log.
+
+The algorithm is visible in `train()`; plumbing (batches, checkpoints, display) lives beside it.
+Nothing here branches on the method's name: the recipe's controller, estimator, loss and
+needs (critic, reference) are looked up in registries.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .. import losses
+from ..config import RunConfig
+from ..credit.estimators import ESTIMATORS
+from ..engines.hf import ENGINES, SamplingParams
+from ..envs import ENVS
+from ..evaluation.runner import evaluate
+from ..methods import METHODS
+from ..models.loading import load_policy
+from ..reporting.metrics import MetricsLog, plot_learning_curve
+from ..rollout.controllers import CONTROLLERS, RolloutContext
+from . import checkpoint
+from .batch import Batch, collate, forward, microbatches, trim
+from .update import POLICY_LOSSES
+
+
+def step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A per-step seed: resuming at step s regenerates exactly the same randomness."""
+    return (seed * 1_000_003 + step * 7919 + salt * 104_729) % (2**63 - 1)
+
+
+def make_spec(cfg: RunConfig):
+    opts = {"min_hops": cfg.env.min_hops, "max_hops": cfg.env.max_hops,
+            "max_turns": cfg.env.max_turns}
+    return ENVS.get(cfg.env.name)(seed=cfg.env.seed, **opts)
+
+
+class TaskSampler:
+    """Training tasks in a seeded order, reshuffled every epoch; the cursor is the step."""
+
+    def __init__(self, tasks, seed: int, per_step: int):
+        self.tasks, self.seed, self.per_step = list(tasks), seed, per_step
+
+    def for_step(self, step: int):
+        n = len(self.tasks)
+        out = []
+        for j in range((step - 1) * self.per_step, step * self.per_step):
+            epoch, i = divmod(j, n)
+            order = list(range(n))
+            random.Random(self.seed * 7_777 + epoch).shuffle(order)
+            out.append(self.tasks[order[i]])
+        return out
+
+
+@dataclass
+class Learner:
+    model: torch.nn.Module
+    value_head: torch.nn.Module | None
+    reference: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    params: list = field(default_factory=list)
+
+
+def build_learner(cfg: RunConfig, model) -> Learner:
+    recipe = METHODS.get(cfg.method)
+    value_head = None
+    if recipe.critic:
+        torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
+        value_head = torch.nn.Linear(model.config.hidden_size, 1)
+        torch.nn.init.zeros_(value_head.weight)
+        torch.nn.init.constant_(value_head.bias, 0.5)
+    reference = None
+    if recipe.reference or cfg.algo.kl_coef > 0:
+        reference = copy.deepcopy(model).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+    params = list(model.parameters()) + (list(value_head.parameters()) if value_head else [])
+    opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+                            betas=(0.9, 0.99))
+    return Learner(model, value_head, reference, opt, params)
+
+
+@torch.no_grad()
+def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
+    """Fill old log-probs, old values and reference log-probs (before the update)."""
+    B, L = batch.input_ids.shape
+    old = torch.zeros(B, L)
+    vals = torch.zeros(B, L) if learner.value_head is not None else None
+    ref = torch.zeros(B, L) if learner.reference is not None else None
+    learner.model.eval()
+    for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch):
+        mb = trim(batch.select(rows))
+        w = mb.input_ids.shape[1]
+        lp, v = forward(learner.model, learner.value_head, mb, cfg.rollout.temperature)
+        old[rows, :w] = lp.float()
+        if vals is not None:
+            vals[rows, :w] = v.float()
+        if ref is not None:
+            rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature)
+            ref[rows, :w] = rlp.float()
+    batch.old_logprobs, batch.old_values, batch.ref_logprobs = old, vals, ref
+
+
+def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
+    """PPO-style epochs x minibatches over the frozen batch; micro-batches accumulate grads."""
+    algo, tr = cfg.algo, cfg.train
+    policy_loss = POLICY_LOSSES.get(algo.loss)
+    learner.model.train()
+    rng = random.Random(step_seed(cfg.seed, step, salt=2))
+    sums: dict[str, float] = {}
+    count = 0
+    for _ in range(tr.ppo_epochs):
+        order = list(range(batch.size))
+        if tr.minibatches > 1:
+            rng.shuffle(order)
+        for k in range(tr.minibatches):
+            rows = order[k::tr.minibatches]
+            mbatch = batch.select(rows)
+            n_tok = float(mbatch.response_mask.sum().clamp(min=1))
+            n_val = float(mbatch.value_mask.sum().clamp(min=1)) if mbatch.value_mask is not None else 1.0
+            learner.optimizer.zero_grad(set_to_none=True)
+            stats: dict[str, float] = {}
+            for micro in microbatches(mbatch, tr.max_tokens_per_microbatch):
+                m = trim(mbatch.select(micro))
+                # token-mean: micro-batch mean x its share of tokens = the minibatch token mean
+                weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
+                          else len(micro) / len(rows))
+                lp, values = forward(learner.model, learner.value_head, m, cfg.rollout.temperature)
+                loss, st = policy_loss(lp, m, algo)
+                total = loss * weight
+                if learner.reference is not None and algo.kl_coef > 0:
+                    kl = losses.aggregate(losses.kl_k3(lp, m.ref_logprobs, m.response_mask),
+                                          m.response_mask, algo.agg)
+                    total = total + algo.kl_coef * kl * weight
+                    st["kl/ref"] = kl.detach()
+                if values is not None and m.returns is not None:
+                    vw = float(m.value_mask.sum()) / n_val
+                    vl, vst = losses.value_loss(values, m.returns, m.value_mask, m.old_values,
+                                                clip=algo.value_clip or None)
+                    total = total + algo.vf_coef * vl * vw
+                    st = {**st, **vst, "loss/critic": vl.detach()}
+                total.backward()
+                st["loss/policy"] = loss.detach()
+                for key, v in st.items():
+                    stats[key] = stats.get(key, 0.0) + float(v) * weight
+            if tr.grad_clip > 0:
+                gn = torch.nn.utils.clip_grad_norm_(learner.params, tr.grad_clip)
+                stats["grad_norm"] = float(gn)
+            learner.optimizer.step()
+            for key, v in stats.items():
+                sums[key] = sums.get(key, 0.0) + v
+            count += 1
+    learner.model.eval()
+    return {k: v / count for k, v in sums.items()}
+
+
+def train(cfg: RunConfig, out: Path, resume: str | None = None,
+          log: Callable[[str], None] = print, progress=None) -> dict:
+    """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json)."""
+    t_start = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    model, tok, fmt, model_path = load_policy(cfg, log)
+    recipe = METHODS.get(cfg.method)
+    spec = make_spec(cfg)
+    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
+    controller = CONTROLLERS.get(cfg.algo.controller)
+    estimator = ESTIMATORS.get(cfg.algo.estimator)
+    learner = build_learner(cfg, model)
+    sampler = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step)
+    eval_tasks = spec.tasks("eval", cfg.train.eval_tasks)
+    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+
+    def run_eval(step: int) -> dict:
+        return evaluate(engine, fmt, spec, eval_tasks, cfg.train.eval_samples, params,
+                        cfg.rollout.max_tokens, cfg.rollout.batch_size,
+                        seed=step_seed(cfg.seed, step, salt=3))
+
+    start_step, base, tokens_total = 0, None, 0
+    metrics = MetricsLog(out / "metrics.jsonl")
+    if resume:
+        ckpt = checkpoint.find(resume)
+        state = checkpoint.load_state(ckpt)
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=False)
+        if learner.value_head is not None and state.get("value_head") is not None:
+            learner.value_head.load_state_dict(state["value_head"])
+        learner.optimizer.load_state_dict(state["optimizer"])
+        start_step, base, tokens_total = state["step"], state["base_eval"], state["tokens_total"]
+        metrics.truncate_after(start_step)
+        log(f"resumed from {ckpt} at step {start_step}")
+    else:
+        metrics.reset()
+        base = run_eval(0)
+        metrics.write({"step": 0, "eval/success": base["mean@1"],
+                       "eval/tokens_per_question": base["tokens_per_question"],
+                       "eval/tool_calls": base["tool_calls"]})
+        log(f"base held-out success {base['mean@1']:.3f}")
+    last_eval = base
+    if progress:
+        progress.start(cfg.train.steps, start_step)
+    for step in range(start_step + 1, cfg.train.steps + 1):
+        t0 = time.time()
+        # 1. rollout
+        ctx = RolloutContext(engine, fmt, spec, params, cfg.rollout.group_size,
+                             cfg.rollout.max_tokens, cfg.rollout.batch_size,
+                             cfg.rollout.budget_tokens,
+                             torch.Generator().manual_seed(step_seed(cfg.seed, step)))
+        result = controller(ctx, sampler.for_step(step))
+        eps = result.episodes
+        t_roll = time.time() - t0
+        # 2. credit
+        batch = collate(eps, fmt.pad_id)
+        score(learner, batch, cfg)
+        credit = estimator(batch, cfg.algo) if not result.extras.get("credit") else result.extras["credit"](batch, cfg.algo)
+        batch.advantages, batch.returns, batch.value_mask = credit.advantages, credit.returns, credit.value_mask
+        # 3. update
+        stats = update(learner, batch, cfg, step)
+        tokens_total += result.tokens
+        mask = batch.response_mask.bool()
+        row = {
+            "step": step,
+            "reward/mean": float(batch.rewards.mean()),
+            "success": sum(e.success for e in eps) / len(eps),
+            "adv/mean": float(batch.advantages[mask].mean()) if mask.any() else 0.0,
+            "adv/std": float(batch.advantages[mask].std()) if mask.sum() > 1 else 0.0,
+            "rollout/tokens": result.tokens,
+            "rollout/tokens_per_episode": sum(e.generated_tokens for e in eps) / len(eps),
+            "rollout/tool_calls": sum(e.num_tool_calls for e in eps) / len(eps),
+            "rollout/turns": sum(e.num_turns for e in eps) / len(eps),
+            "rollout/logprob_gap": float((batch.engine_logprobs - batch.old_logprobs)[mask].abs().mean()),
+            "time/rollout": t_roll,
+            "time/step": time.time() - t0,
+            "tokens/s": result.tokens / max(t_roll, 1e-9),
+            **stats,
+        }
+        if cfg.train.eval_every and step % cfg.train.eval_every == 0 or step == cfg.train.steps:
+            last_eval = run_eval(step)
+            row.update({"eval/success": last_eval["mean@1"],
+                        "eval/tokens_per_question": last_eval["tokens_per_question"],
+                        "eval/tool_calls": last_eval["tool_calls"]})
+        metrics.write(row)
+        if progress:
+            progress.update(step, row, last_eval["mean@1"])
+        if cfg.train.save_every and step % cfg.train.save_every == 0 or step == cfg.train.steps:
+            checkpoint.save(out, step, model, tok, {
+                "step": step, "optimizer": learner.optimizer.state_dict(),
+                "value_head": learner.value_head.state_dict() if learner.value_head else None,
+                "base_eval": base, "tokens_total": tokens_total, "method": cfg.method,
+            })
+    if progress:
+        progress.stop()
+    summary = {
+        "method": cfg.method, "env": cfg.env.name, "model": cfg.model.name, "seed": cfg.seed,
+        "base_success": base["mean@1"], "final_success": last_eval["mean@1"],
+        "steps": cfg.train.steps, "wall_seconds": time.time() - t_start,
+        "tokens_generated": tokens_total,
+        "base_tokens_per_question": base["tokens_per_question"],
+        "final_tokens_per_question": last_eval["tokens_per_question"],
+        "eval_tasks": len(eval_tasks), "eval_samples": cfg.train.eval_samples,
+        "model_path": model_path,
+    }
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(out / "summary.json")
+    plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png", title=f"{cfg.method} on {cfg.env.name}")
+    return summary

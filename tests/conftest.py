@@ -1,0 +1,38 @@
+"""Shared fixtures: an isolated model cache and a micro tiny model (no warm-up) for fast tests."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# Fast settings: an untrained tiny model (random weights), short turns, few tasks.
+MICRO = [
+    "model.tiny_warmup_steps=0",
+    "env.max_turns=3",
+    "rollout.max_new_tokens=8",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "train.eval_tasks=3",
+    "train.eval_samples=1",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache(tmp_path_factory):
+    os.environ["AGENTRL_CACHE"] = str(tmp_path_factory.mktemp("agentrl-cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def micro_policy(_cache):
+    """(model, tokenizer, fmt, spec) of the micro tiny model on the search env."""
+    from agentrl_cli import config
+    from agentrl_cli.models.loading import load_policy
+    from agentrl_cli.train.loop import make_spec
+
+    cfg = config.load(sets=MICRO)
+    model, tok, fmt, _ = load_policy(cfg, log=lambda s: None)
+    return model, tok, fmt, make_spec(cfg)
