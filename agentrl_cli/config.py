@@ -107,7 +107,31 @@ class AlgoConfig:
     value_clip: float = 0.0
     """Critic value clipping range (0: off)."""
     dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal."""
+    """DAPO: drop groups whose rewards are all equal and refill with more tasks (linear controller)."""
+    dynamic_rounds: int = 3
+    """DAPO dynamic sampling: most refill rounds per step (each samples as many new tasks as groups are missing)."""
+    overlong_shaping: bool = False
+    """DAPO: add a length penalty to the reward (linear over the last `overlong_cache` tokens before rollout.max_tokens, -1 if cut by it)."""
+    overlong_cache: int = 128
+    """DAPO overlong shaping: width L_cache of the soft-penalty window, in episode tokens."""
+    whiten: bool = False
+    """Normalise advantages over the batch's policy tokens (gae, vine and mpo estimators)."""
+    vine_k: int = 3
+    """VinePPO: continuations per segment-boundary state (the paper uses 9; 3 keeps CPU runs short)."""
+    trace_eps: float = 0.1
+    """TRACE: eps in d_k = -l_k + eps."""
+    trace_k: int = 3
+    """TRACE: look-ahead turns K of the normalised turn credit."""
+    gamma_td: float = 0.8
+    """TRACE: discount of the look-ahead and of the terminal bonus."""
+    lambda_term: float = 2.0
+    """TRACE: weight of the outcome advantage in the turn reward of the last tool-call turns."""
+    alpha_out: float = 1.0
+    """TRACE: weight of the GRPO outcome advantage in every token's advantage."""
+    alpha_turn: float = 0.2
+    """TRACE: weight of the turn credit r_k in a tool-call turn's token advantage."""
+    trace_answer: str = "answer({answer})"
+    """TRACE: how the gold answer is teacher-forced after each boundary ({answer} = the gold text)."""
 
 
 @dataclass(frozen=True)
@@ -163,14 +187,16 @@ _POSITIVE = {
     "rollout.tasks_per_step", "rollout.group_size", "rollout.max_new_tokens", "rollout.max_tokens",
     "rollout.batch_size", "train.lr", "train.ppo_epochs", "train.minibatches",
     "train.max_tokens_per_microbatch", "train.eval_tasks", "train.eval_samples",
-    "env.max_turns", "env.min_hops",
+    "env.max_turns", "env.min_hops", "algo.vine_k", "algo.trace_eps", "algo.trace_k",
+    "algo.overlong_cache",
 }
 _NON_NEGATIVE = {
     "train.steps", "train.eval_every", "train.save_every", "train.grad_clip", "train.weight_decay",
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps",
+    "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
 }
-_UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success"}
+_UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {
     "algo.agg": ("token-mean", "seq-mean"),
     "model.dtype": ("float32", "bfloat16", "float16"),
@@ -195,6 +221,11 @@ def _validate(cfg: RunConfig) -> None:
             raise ConfigError(f"{key} must be one of {', '.join(choices)}, got '{flat[key]}'")
     if not 0.0 < cfg.rollout.top_p <= 1.0:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
+    if cfg.algo.overlong_shaping and cfg.algo.overlong_cache > cfg.rollout.max_tokens:
+        raise ConfigError(f"algo.overlong_cache ({cfg.algo.overlong_cache}) must be <= "
+                          f"rollout.max_tokens ({cfg.rollout.max_tokens})")
+    if "{answer}" not in cfg.algo.trace_answer:
+        raise ConfigError(f"algo.trace_answer must contain '{{answer}}', got '{cfg.algo.trace_answer}'")
     if cfg.env.max_hops < cfg.env.min_hops:
         raise ConfigError(f"env.max_hops ({cfg.env.max_hops}) < env.min_hops ({cfg.env.min_hops})")
     for key in ("rollout.temperature",):
@@ -361,7 +392,29 @@ def load(
     for key, value in flags.items():
         if value is not None:
             merged[key] = value
-    return build(merged)
+    cfg = build(merged)
+    check_names(cfg)
+    return cfg
+
+
+def check_names(cfg: RunConfig) -> None:
+    """Unknown env / engine / estimator / loss / controller -> one line listing the valid ones."""
+    from .credit.estimators import ESTIMATORS
+    from .engines import ENGINES
+    from .envs import ENVS
+    from .rollout.controllers import CONTROLLERS
+    from .train.update import POLICY_LOSSES
+
+    for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
+                      (ESTIMATORS, cfg.algo.estimator), (POLICY_LOSSES, cfg.algo.loss),
+                      (CONTROLLERS, cfg.algo.controller)):
+        if name not in reg:
+            reg.get(name)  # raises the one-line RegistryError
+    m = cfg.model.name
+    if m != "tiny" and not Path(m).expanduser().is_dir():
+        hub_like = m.count("/") == 1 and not m.startswith((".", "/", "~"))
+        if not hub_like:
+            raise ConfigError(f"model not found: '{m}' is neither 'tiny', a local folder, nor a hub id")
 
 
 def describe() -> list[tuple[str, str, str]]:

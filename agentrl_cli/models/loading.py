@@ -38,9 +38,6 @@ def model_path(cfg: RunConfig, log: Callable[[str], None] = print) -> str:
 def load_model(path: str, cfg: RunConfig):
     from transformers import AutoModelForCausalLM
 
-    local = Path(path).is_dir()
-    if not local and ("/" not in path or path.startswith((".", "/", "~"))):
-        raise ConfigError(f"model not found: '{path}' is neither a local folder nor a hub id")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[cfg.model.dtype], attn_implementation=cfg.model.attention)

@@ -41,7 +41,7 @@ def save(out: Path, step: int, model, tokenizer, state: dict) -> Path:
 def find(path: str | Path) -> Path:
     """A checkpoint folder from a run folder (its latest checkpoint) or a checkpoint folder."""
     p = Path(path)
-    if (p / STATE_FILE).is_file() or (p / "config.json").is_file():
+    if (p / STATE_FILE).is_file():
         return p
     latest = p / "checkpoints" / "latest"
     if latest.is_file():

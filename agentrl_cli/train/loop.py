@@ -28,6 +28,7 @@ from ..reporting.metrics import MetricsLog, plot_learning_curve
 from ..rollout.controllers import CONTROLLERS, RolloutContext
 from . import checkpoint
 from .batch import Batch, collate, forward, microbatches, trim
+from .prepare import PREPARERS
 from .update import POLICY_LOSSES
 
 
@@ -220,8 +221,11 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         t_roll = time.time() - t0
         # 2. credit
         batch = collate(eps, fmt.pad_id)
+        batch.extras.update(result.extras)
         score(learner, batch, cfg)
-        credit = estimator(batch, cfg.algo) if not result.extras.get("credit") else result.extras["credit"](batch, cfg.algo)
+        if cfg.algo.estimator in PREPARERS:
+            PREPARERS.get(cfg.algo.estimator)(learner, batch, eps, fmt, cfg)
+        credit = estimator(batch, cfg.algo)
         batch.advantages, batch.returns, batch.value_mask = credit.advantages, credit.returns, credit.value_mask
         # 3. update
         stats = update(learner, batch, cfg, step)
