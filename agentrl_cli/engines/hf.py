@@ -8,10 +8,17 @@ which makes every row's logits equal to running that row alone (tested).
 
 The last token a row sampled is not fed to the model until the row's next chunk arrives (it is
 prepended to it), so a turn costs no forward pass after its stop token.
+
+Forking (FOCUS): `fork(src, prefix_len)` appends a row that holds row `src`'s cache restricted
+to its first `prefix_len` real tokens (the K/V are copied, not recomputed), so a continuation
+from a segment-boundary state costs one token of prefill. `keep(rows)` drops rows (and the
+cache columns no remaining row attends to). With `keep_hidden = True` each row's last hidden
+state (after the final norm, the input of the LM head and of a value head) is kept as well.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -44,6 +51,19 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
+def sample_rows(logits: torch.Tensor, params: SamplingParams,
+                generators: Sequence[torch.Generator | None]):
+    """Like `sample`, but row i draws from its own `generators[i]`: each row's tokens then depend
+    only on its own logits and generator, never on which other rows share the batch (what an
+    asynchronous scheduler needs for reproducible episodes)."""
+    toks, lps = [], []
+    for i, g in enumerate(generators):
+        t, lp = sample(logits[i:i + 1], params, g)
+        toks.append(t)
+        lps.append(lp)
+    return torch.cat(toks), torch.cat(lps)
+
+
 class KVBatch:
     """`n_rows` growing token sequences sharing one KV cache; a row may sit idle."""
 
@@ -60,6 +80,9 @@ class KVBatch:
         self.pending: list[list[int]] = [[] for _ in range(n_rows)]  # sampled, not yet fed
         self.last_logits: torch.Tensor | None = None  # [n_rows, V] next-token logits per row
         self.forward_tokens = 0   # real tokens fed (prefill + decode), for throughput reports
+        self.tokens: list[list[int]] = [[] for _ in range(n_rows)]  # real tokens fed, per row
+        self.keep_hidden = False  # also keep each row's last hidden state (value heads)
+        self.last_hidden: torch.Tensor | None = None  # [n_rows, H] when keep_hidden
 
     @torch.no_grad()
     def _forward(self, chunks: list[list[int]]) -> None:
@@ -77,14 +100,23 @@ class KVBatch:
         pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
-                         cache=self.cache, use_cache=True)
+                         cache=self.cache, use_cache=True,
+                         output_hidden_states=self.keep_hidden)
         logits = out.logits[:, -1, :]
         has = new_mask[:, -1].bool()
         if self.last_logits is None:
             self.last_logits = torch.zeros_like(logits)
         self.last_logits[has] = logits[has].to(self.last_logits.dtype)
+        if self.keep_hidden:
+            h = out.hidden_states[-1][:, -1, :]
+            if self.last_hidden is None or self.last_hidden.shape[0] != self.n:
+                self.last_hidden = torch.zeros_like(h)
+            self.last_hidden[has] = h[has].to(self.last_hidden.dtype)
         self.lengths += new_mask.sum(1)
         self.forward_tokens += int(new_mask.sum())
+        for r, c in enumerate(chunks):
+            if c:
+                self.tokens[r] += c
 
     def extend(self, chunks: list[list[int] | None]) -> None:
         """Append tokens to rows (None or [] = nothing). A row's pending sampled token goes first."""
@@ -97,10 +129,97 @@ class KVBatch:
                 self.pending[r] = []
         self._forward(full)
 
+    # ------------------------------------------------------------------ rows: fork, add, keep
+
+    def _append_rows(self, keys_values: list[tuple[torch.Tensor, torch.Tensor]] | None,
+                     mask_row: torch.Tensor) -> int:
+        """Append one row: per-layer (keys [1,H,S,D], values) or None for zeros, and its mask."""
+        for i, layer in enumerate(self.cache.layers):
+            if getattr(layer, "keys", None) is None:
+                continue
+            if keys_values is None:
+                k = layer.keys.new_zeros((1, *layer.keys.shape[1:]))
+                v = layer.values.new_zeros((1, *layer.values.shape[1:]))
+            else:
+                k, v = keys_values[i]
+            layer.keys = torch.cat([layer.keys, k], dim=0)
+            layer.values = torch.cat([layer.values, v], dim=0)
+        self.mask = torch.cat([self.mask, mask_row[None]], dim=0)
+        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(1)])
+        self.pending.append([])
+        self.tokens.append([])
+        if self.last_logits is not None:
+            self.last_logits = torch.cat([self.last_logits,
+                                          self.last_logits.new_full((1, self.last_logits.shape[1]), float("nan"))])
+        if self.last_hidden is not None:
+            self.last_hidden = torch.cat([self.last_hidden,
+                                          self.last_hidden.new_full((1, self.last_hidden.shape[1]), float("nan"))])
+        self.n += 1
+        return self.n - 1
+
+    def add_row(self) -> int:
+        """Append an empty row (no tokens); returns its index. Feed it with `extend`."""
+        return self._append_rows(None, self.mask.new_zeros(self.mask.shape[1]))
+
+    def fork(self, src_row: int, prefix_len: int) -> int:
+        """Append a row whose context is row `src_row`'s first `prefix_len` real tokens.
+
+        The K/V of the first `prefix_len - 1` tokens are copied from `src_row` (every layer, along
+        the batch dim) and the mask columns of its later tokens are zeroed; the prefix's last token
+        becomes the new row's `pending` token. Its next-token logits (`last_logits`, NaN until
+        then) and hidden state are therefore produced by the next `extend` that feeds the row
+        (`extend` with `[]` or with more tokens), batched with the other rows' work: the exact
+        logits after the prefix at the cost of one token, with no per-row logits stored.
+        Returns the new row's index. `prefix_len` must not exceed the row's fed tokens.
+        """
+        n_fed = int(self.lengths[src_row])
+        if not 0 <= prefix_len <= n_fed:
+            raise ValueError(f"fork: prefix_len {prefix_len} outside [0, {n_fed}] for row {src_row}")
+        if prefix_len == 0:
+            return self.add_row()
+        keep = prefix_len - 1
+        row_mask = self.mask[src_row].clone()
+        row_mask[row_mask.cumsum(0) > keep] = 0
+        kv = [(layer.keys[src_row:src_row + 1].clone(), layer.values[src_row:src_row + 1].clone())
+              if getattr(layer, "keys", None) is not None else None for layer in self.cache.layers]
+        new = self._append_rows(kv, row_mask)
+        self.lengths[new] = keep
+        self.tokens[new] = list(self.tokens[src_row][:keep])
+        self.pending[new] = [self.tokens[src_row][keep]]
+        return new
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows` (renumbered 0.. in the given order) and drop the cache columns that no
+        kept row attends to. Explicit position ids make the removal exact."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        mask = self.mask[idx]
+        cols = mask.bool().any(0)
+        all_cols = bool(cols.all())
+        col_idx = cols.nonzero().squeeze(-1)
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None:
+                continue
+            k, v = layer.keys[idx], layer.values[idx]
+            if not all_cols:
+                k, v = k[:, :, col_idx], v[:, :, col_idx]
+            layer.keys, layer.values = k.contiguous(), v.contiguous()
+        self.mask = mask if all_cols else mask[:, col_idx]
+        self.lengths = self.lengths[idx]
+        self.pending = [self.pending[r] for r in rows]
+        self.tokens = [self.tokens[r] for r in rows]
+        if self.last_logits is not None:
+            self.last_logits = self.last_logits[idx]
+        if self.last_hidden is not None:
+            self.last_hidden = self.last_hidden[idx]
+        self.n = len(rows)
+
     def generate(self, rows: list[int], params: SamplingParams, stop_ids: tuple[int, ...],
-                 generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]]]:
+                 generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                 ) -> tuple[list[list[int]], list[list[float]]]:
         """Decode one assistant message for each row in `rows` (others idle).
 
+        `generator` is one generator for the batch or a sequence of per-row generators
+        (indexed by row; see `sample_rows`).
         Returns the generated ids (stop token included when produced) and their log-probs.
         """
         out_ids: dict[int, list[int]] = {r: [] for r in rows}
@@ -109,7 +228,10 @@ class KVBatch:
         stop = torch.tensor(stop_ids, dtype=torch.long)
         while active:
             idx = torch.tensor(active, dtype=torch.long, device=self.device)
-            tok, lp = sample(self.last_logits[idx], params, generator)
+            if isinstance(generator, (list, tuple)):
+                tok, lp = sample_rows(self.last_logits[idx], params, [generator[r] for r in active])
+            else:
+                tok, lp = sample(self.last_logits[idx], params, generator)
             tok, lp = tok.cpu(), lp.cpu()
             feed: list[list[int] | None] = [None] * self.n
             still = []

@@ -1,0 +1,100 @@
+"""KVBatch forking: a forked row decodes exactly like a from-scratch run on the same prefix."""
+from __future__ import annotations
+
+import torch
+
+from agentrl_cli.engines.hf import KVBatch, SamplingParams, sample_rows
+
+
+def _scratch_logits(model, prefix: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([prefix])).logits[0, -1].float()
+
+
+def _greedy(model, prefix: list[int], n: int) -> list[int]:
+    ids, out = list(prefix), []
+    for _ in range(n):
+        t = int(_scratch_logits(model, ids).argmax())
+        out.append(t)
+        ids.append(t)
+    return out
+
+
+def test_fork_decodes_like_from_scratch(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    kv = KVBatch(model, 2, fmt.pad_id)
+    kv.keep_hidden = True
+    a = list(range(10, 40))
+    b = list(range(50, 62))
+    kv.extend([a, b])
+    # grow rows unevenly so the cache has holes, then more tokens after the fork point
+    kv.extend([list(range(100, 107)), None])
+    kv.extend([None, [7, 8, 9]])
+    full_a = a + list(range(100, 107))
+    for prefix_len in (1, 5, len(a), len(full_a)):
+        new = kv.fork(0, prefix_len)
+        assert kv.pending[new] == [full_a[prefix_len - 1]]
+        assert int(kv.lengths[new]) == prefix_len - 1
+        assert torch.isnan(kv.last_logits[new]).all()  # valid only after the next extend
+        chunks = [None] * kv.n
+        chunks[new] = []
+        kv.extend(chunks)
+        prefix = full_a[:prefix_len]
+        torch.testing.assert_close(kv.last_logits[new].float(), _scratch_logits(model, prefix),
+                                   rtol=1e-4, atol=1e-4)
+        assert int(kv.lengths[new]) == prefix_len and kv.tokens[new] == prefix
+        # greedy decode from the fork == greedy from scratch
+        ids, _ = kv.generate([new], SamplingParams(greedy=True, max_new_tokens=6), stop_ids=())
+        assert ids[0] == _greedy(model, prefix, 6)
+    # the source rows are untouched by forking
+    chunks = [None] * kv.n
+    chunks[0], chunks[1] = [3], [4]
+    kv.extend(chunks)
+    torch.testing.assert_close(kv.last_logits[0].float(), _scratch_logits(model, full_a + [3]),
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(kv.last_logits[1].float(), _scratch_logits(model, b + [7, 8, 9, 4]),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_fork_hidden_state_and_keep(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    from agentrl_cli.models.sequences import backbone
+
+    kv = KVBatch(model, 3, fmt.pad_id)
+    kv.keep_hidden = True
+    seqs = [list(range(10, 25)), list(range(30, 34)), list(range(60, 70))]
+    kv.extend(seqs)
+    new = kv.fork(2, 6)
+    chunks = [None] * kv.n
+    chunks[new] = [5, 6]
+    kv.extend(chunks)
+    with torch.no_grad():
+        h = backbone(model)(input_ids=torch.tensor([seqs[2][:6] + [5, 6]])).last_hidden_state[0, -1]
+    torch.testing.assert_close(kv.last_hidden[new].float(), h.float(), rtol=1e-4, atol=1e-4)
+    # drop rows 0 and 2: row `new` keeps decoding exactly; dead cache columns are removed
+    width = kv.mask.shape[1]
+    kv.keep([1, new])
+    assert kv.n == 2 and kv.mask.shape[1] < width
+    assert kv.cache.layers[0].keys.shape[0] == 2
+    assert kv.cache.layers[0].keys.shape[2] == kv.mask.shape[1]
+    kv.extend([[1], [2]])
+    torch.testing.assert_close(kv.last_logits[1].float(),
+                               _scratch_logits(model, seqs[2][:6] + [5, 6, 2]), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(kv.last_logits[0].float(), _scratch_logits(model, seqs[1] + [1]),
+                               rtol=1e-4, atol=1e-4)
+    # an added empty row takes a whole prefix like a fresh row
+    r = kv.add_row()
+    chunks = [None] * kv.n
+    chunks[r] = seqs[0]
+    kv.extend(chunks)
+    torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, seqs[0]),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_per_row_generators_do_not_depend_on_batch_composition():
+    logits = torch.randn(3, 50)
+    params = SamplingParams()
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
+    t_all, _ = sample_rows(logits, params, gens)
+    alone, _ = sample_rows(logits[1:2], params, [torch.Generator().manual_seed(2)])
+    assert int(alone[0]) == int(t_all[1])
