@@ -15,7 +15,7 @@ from .options import (ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt
 
 @user_errors
 def rollout_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file of episodes to write.")] = Path("episodes.jsonl"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file of episodes to write (trees, one per line, for a method whose controller is focus).")] = Path("episodes.jsonl"),
     n: Annotated[int, typer.Option("--n", help="Number of episodes.", min=1)] = 64,
     policy: Annotated[str, typer.Option("--policy", help="model (the policy) or expert (the env's scripted expert).")] = "model",
     split: Annotated[str, typer.Option("--split", help="Task split: train or eval.")] = "eval",
@@ -39,14 +39,26 @@ def rollout_cmd(
         from ..train.checkpoint import find
         model = str(find(checkpoint))
     cfg = load_config(config, set_, method=method, env=env, model=model, engine=engine, seed=seed)
-    eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size)
+    trees = None
+    if policy == "model" and cfg.algo.controller == "focus":
+        from ..rollout.collect import collect_trees
+        eps, trees = collect_trees(cfg, n=n, split=split, group_size=group_size)
+    else:
+        eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w") as f:
-        for e in eps:
-            f.write(json.dumps(e.to_json()) + "\n")
+        if trees is not None:  # FOCUS: one tree per line, its paths' episodes included
+            for tree in trees:
+                row = tree.to_json()
+                row["episodes"] = {k: eps[int(k)].to_json() for k in row["paths"]}
+                f.write(json.dumps(row) + "\n")
+        else:
+            for e in eps:
+                f.write(json.dumps(e.to_json()) + "\n")
     tmp.replace(out)
-    t = Table(title=f"{len(eps)} episodes ({policy}) on {cfg.env.name}")
+    what = f"{len(eps)} episodes in {len(trees)} trees" if trees is not None else f"{len(eps)} episodes"
+    t = Table(title=f"{what} ({policy}) on {cfg.env.name}")
     for c in ("success", "reward", "turns", "tool calls", "generated tokens"):
         t.add_column(c)
     m = len(eps)

@@ -1,4 +1,5 @@
-"""`agentrl rollout`'s library function: episodes from the model or the env's expert."""
+"""`agentrl rollout`'s library functions: episodes from the model or the env's expert, and FOCUS
+trees when the method's controller is "focus"."""
 from __future__ import annotations
 
 import torch
@@ -30,3 +31,35 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     return run_episodes(engine, fmt, spec, pairs, params, cfg.rollout.max_tokens,
                         cfg.rollout.batch_size, torch.Generator().manual_seed(cfg.seed))
+
+
+def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int = 1):
+    """FOCUS tree rollouts on ceil(n / group_size) tasks (n paths, as many episodes as a linear
+    rollout) -> (episodes, trees). Node values come from the checkpoint's value head when
+    `cfg.model.name` is a checkpoint folder that has one, else v = 0.5 everywhere."""
+    from pathlib import Path
+
+    from ..engines.hf import ENGINES, SamplingParams
+    from ..models.loading import load_policy
+    from ..train import checkpoint
+    from ..train.loop import make_spec
+    from .controllers import CONTROLLERS, RolloutContext
+
+    spec = make_spec(cfg)
+    tasks = spec.tasks(split, -(-n // group_size))
+    model, _, fmt, _ = load_policy(cfg)
+    value_head = None
+    state_file = Path(cfg.model.name) / checkpoint.STATE_FILE
+    if state_file.is_file():
+        head_state = checkpoint.load_state(state_file.parent).get("value_head")
+        if head_state is not None:
+            value_head = torch.nn.Linear(model.config.hidden_size, 1)
+            value_head.load_state_dict(head_state)
+    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
+    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+    ctx = RolloutContext(engine, fmt, spec, params, group_size, cfg.rollout.max_tokens,
+                         cfg.rollout.batch_size, cfg.rollout.budget_tokens,
+                         torch.Generator().manual_seed(cfg.seed), algo=cfg.algo,
+                         value_head=value_head)
+    result = CONTROLLERS.get(cfg.algo.controller)(ctx, tasks)
+    return result.episodes, result.extras["trees"]

@@ -1,0 +1,58 @@
+"""The "focus" estimator: segment TD advantages of FOCUS's refined values (METHODS.md §2).
+
+Inputs, from the "focus" rollout controller through `batch.extras`:
+- `focus_values[b]`: `[V~(s_0), ..., V~(s_{K_b-1})]`, the refined values of the non-leaf states
+  on episode b's root-to-leaf path;
+- `focus_value_targets[b]`: `[(position, G_bar), ...]`, the backed-up critic target of every
+  non-leaf node that episode b first reached, at the node's boundary position (the column
+  where `values[:, p_k] = V(s_k)`; each node appears in exactly one episode).
+
+`A_k = sum_l (gamma lam)^l delta_{k+l}` with `delta_k = (R if k = K-1 else gamma V~(s_{k+1})) -
+V~(s_k)` (`credit.segment_td_advantages`, lam = `algo.focus_lam`, 0 by default), broadcast to the
+policy tokens of segment k. A continuation's inherited segments carry no policy tokens in its
+episode (response_mask 0), so every segment is trained once. `algo.whiten` optionally normalises
+the advantages over the batch (off in the recipe).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import batched
+from .estimators import ESTIMATORS, Credit
+from .gae import segment_td_advantages
+
+
+def focus_segment_advantages(values: list[list[float]], rewards: list[float], gamma: float,
+                             lam: float) -> torch.Tensor:
+    """[B, max K] segment advantages (0-padded) from per-episode refined values."""
+    width = max((len(v) for v in values), default=0)
+    out = torch.zeros(len(values), width)
+    for b, (v, r) in enumerate(zip(values, rewards)):
+        if v:
+            out[b, :len(v)] = torch.tensor(segment_td_advantages(v, r, gamma, lam))
+    return out
+
+
+def focus_critic_targets(targets: list[list[tuple[int, float]]], shape: tuple[int, int]):
+    """-> (returns [B, L], value_mask [B, L]) with G_bar at each node's boundary position."""
+    returns = torch.zeros(shape)
+    mask = torch.zeros(shape)
+    for b, row in enumerate(targets):
+        for pos, g in row:
+            returns[b, pos] = g
+            mask[b, pos] = 1.0
+    return returns, mask
+
+
+@ESTIMATORS.register("focus")
+def focus_credit(batch, algo) -> Credit:
+    if "focus_values" not in batch.extras:
+        raise ValueError("estimator 'focus' needs refined values from the 'focus' controller")
+    seg = focus_segment_advantages(batch.extras["focus_values"], batch.rewards.tolist(),
+                                   algo.gamma, algo.focus_lam)
+    adv = batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask)
+    if algo.whiten:
+        adv = batched.masked_whiten(adv, batch.response_mask)
+    returns, value_mask = focus_critic_targets(batch.extras["focus_value_targets"],
+                                               tuple(batch.input_ids.shape))
+    return Credit(adv, returns, value_mask)

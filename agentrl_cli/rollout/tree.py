@@ -1,0 +1,112 @@
+"""FOCUS search trees (METHODS.md §2): one tree per task, nodes are segment-boundary states.
+
+A node is the state `s` the policy is about to act from: the task prompt (the root) or an
+episode's context right after an observation was appended. A *leaf* is the terminal state of
+one episode (a root-to-leaf path) and carries its reward `R`. Every episode (path) that passes
+through a node has the same first `position` tokens, so any of them can be forked there.
+
+Statistics kept per node, updated as paths finish:
+`n` completed leaves below it (a leaf counts itself), `cbar` their mean outcome, `inflight`
+paths still running that will end below it (the effective sample count of the asynchronous
+allocator is `n + inflight`), `g` the current gain of one more continuation from it, and after
+the step `G_bar` / `V_tilde` from `credit.refine_values`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..credit.focus import refine_values
+
+
+@dataclass
+class Node:
+    id: int                       # index in Tree.nodes (0 = root)
+    parent: int                   # parent node id, -1 for the root
+    depth: int                    # k: segments (turns) taken before this state
+    position: int                 # tokens of context = where segment k's policy tokens start
+                                  # (for a leaf: the episode's length)
+    path: int                     # path (episode) that first reached this state
+    v: float | None = None        # critic V(s) (None until computed; unused at leaves)
+    snapshot: Any = None          # env snapshot at this state (None: cannot be resumed)
+    resumable: bool = False       # the env can be restored here and a turn still fits
+    tool_calls: int = 0           # tool calls on the path up to this state
+    reward: float | None = None   # terminal reward R (leaves only)
+    children: list[int] = field(default_factory=list)
+    n: int = 0                    # completed leaves below (itself for a leaf)
+    csum: float = 0.0             # sum of their outcomes
+    inflight: int = 0             # running paths that will end in a leaf below this node
+    launched: int = 0             # continuations launched from this node
+    own_inflight: int = 0         # of those, still running (capped by algo.focus_max_inflight)
+    g: float = 0.0                # current gain of one more continuation
+    G_bar: float | None = None    # backed-up target (Eq. 1), None at leaves / without children
+    V_tilde: float | None = None  # refined value
+
+    @property
+    def terminal(self) -> bool:
+        return self.reward is not None
+
+    @property
+    def cbar(self) -> float:
+        """Mean outcome of the completed leaves below (NaN while n == 0)."""
+        return self.csum / self.n if self.n else math.nan
+
+    def to_json(self) -> dict:
+        def num(x):
+            return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+        return {"id": self.id, "parent": self.parent, "depth": self.depth,
+                "position": self.position, "path": self.path, "v": num(self.v), "n": self.n,
+                "cbar": num(self.cbar), "g": self.g, "G_bar": num(self.G_bar),
+                "V_tilde": num(self.V_tilde), "reward": self.reward,
+                "resumable": self.resumable, "launched": self.launched,
+                "tool_calls": self.tool_calls, "children": list(self.children)}
+
+
+@dataclass
+class Tree:
+    """All paths of one task in one step."""
+
+    task_id: str
+    group: int                    # the task's index in the step (= Episode.group of its paths)
+    nodes: list[Node] = field(default_factory=list)
+    paths: dict[int, list[int]] = field(default_factory=dict)  # path id -> node ids root..leaf
+    through: dict[int, list[int]] = field(default_factory=dict)  # node id -> path ids through it
+
+    def add(self, parent: int, depth: int, position: int, path: int, **kw) -> Node:
+        node = Node(len(self.nodes), parent, depth, position, path, **kw)
+        self.nodes.append(node)
+        if parent >= 0:
+            self.nodes[parent].children.append(node.id)
+        self.through[node.id] = [path]
+        return node
+
+    def ancestry(self, node_id: int) -> list[int]:
+        """Node ids from the root down to `node_id` (inclusive)."""
+        out = []
+        while node_id >= 0:
+            out.append(node_id)
+            node_id = self.nodes[node_id].parent
+        return out[::-1]
+
+    def refine(self, kappa: float, gamma: float) -> None:
+        """Fill G_bar and V_tilde of every node with `credit.refine_values` (Eq. 1).
+
+        A node whose critic value was never computed (cannot happen for a finished tree) uses
+        0.5, the untrained value head's output."""
+        parent = [nd.parent for nd in self.nodes]
+        leaf = [nd.reward for nd in self.nodes]
+        critic = [0.0 if nd.terminal else (0.5 if nd.v is None else nd.v) for nd in self.nodes]
+        g_bar, v_tilde = refine_values(parent, leaf, critic, kappa, gamma)
+        for nd, gb, vt in zip(self.nodes, g_bar, v_tilde):
+            nd.G_bar, nd.V_tilde = gb, vt
+
+    def path_values(self, path: int) -> list[float]:
+        """[V_tilde(s_0), ..., V_tilde(s_{K-1})] of a finished path (its non-leaf states)."""
+        return [self.nodes[i].V_tilde for i in self.paths[path][:-1]]
+
+    def to_json(self) -> dict:
+        return {"task_id": self.task_id, "group": self.group,
+                "nodes": [nd.to_json() for nd in self.nodes],
+                "paths": {str(k): v for k, v in self.paths.items()}}

@@ -1,0 +1,284 @@
+"""FOCUS: tree rollouts, allocation, refined values and credit, and an end-to-end training run."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from agentrl_cli import config
+from agentrl_cli.credit import refine_values, segment_td_advantages
+from agentrl_cli.credit.estimators import ESTIMATORS
+from agentrl_cli.credit.focus_estimator import focus_segment_advantages
+from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.rollout import focus as focus_mod
+from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
+from agentrl_cli.rollout.runner import run_episodes
+from agentrl_cli.rollout.tree import Node, Tree
+from agentrl_cli.train.batch import collate, forward
+
+from conftest import MICRO
+
+
+def _algo(**kw):
+    sets = [f"algo.{k}={v}" for k, v in kw.items()]
+    return config.load(sets=MICRO + sets, method="focus").algo
+
+
+def _value_head(model, seed=0):
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    torch.nn.init.normal_(head.weight, std=0.3)
+    torch.nn.init.constant_(head.bias, 0.5)
+    return head
+
+
+def _ctx(micro_policy, algo, group_size=2, batch_size=3, seed=0, value_head=None, budget=0):
+    model, tok, fmt, spec = micro_policy
+    return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, SamplingParams(max_new_tokens=8),
+                          group_size, 512, batch_size, budget, torch.Generator().manual_seed(seed),
+                          algo=algo, value_head=value_head)
+
+
+@pytest.fixture(scope="module")
+def linear_case(micro_policy):
+    """A FOCUS step with branching disabled and the matching lock-step linear rollout."""
+    model, tok, fmt, spec = micro_policy
+    head = _value_head(model)
+    tasks = spec.tasks("train", 3)
+    algo = _algo(focus_roots=2)
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, value_head=head), tasks)
+    base = focus_mod.seed_base(torch.Generator().manual_seed(0))
+    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(2)]
+    gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
+    ref = run_episodes(HFEngine(model, fmt.pad_id), fmt, spec, pairs, SamplingParams(max_new_tokens=8),
+                       512, batch_size=len(pairs), generator=gens)
+    return res, ref, head, algo
+
+
+def test_no_branching_equals_linear_rollout(linear_case):
+    res, ref, _, _ = linear_case
+    assert res.extras["metrics"]["focus/continuations"] == 0
+    assert len(res.episodes) == len(ref) == 6
+    assert sum(e.num_turns for e in ref) > len(ref), "needs multi-turn episodes"
+    for a, b in zip(res.episodes, ref):
+        assert a.token_ids == b.token_ids
+        assert a.response_mask == b.response_mask
+        assert a.segment_index == b.segment_index and a.segment_starts == b.segment_starts
+        assert (a.reward, a.finish, a.num_tool_calls, a.group) == (b.reward, b.finish, b.num_tool_calls, b.group)
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+
+
+def test_no_branching_advantages_are_td0_of_refined_values(linear_case, micro_policy):
+    res, ref, head, algo = linear_case
+    model, tok, fmt, spec = micro_policy
+    batch = collate(res.episodes, fmt.pad_id)
+    batch.extras.update(res.extras)
+    with torch.no_grad():
+        _, values = forward(model, head, batch, 1.0)
+    # independent tree: one shared root per task, then a chain per episode; critic from the trainer
+    expect = torch.zeros_like(batch.response_mask)
+    for g in range(3):
+        eps = [(b, e) for b, e in enumerate(ref) if e.group == g]
+        parent, leaf, critic, chain = [-1], [None], [float(values[eps[0][0], eps[0][1].segment_starts[0]])], []
+        for b, e in eps:
+            ids = [0]
+            for k in range(1, e.num_turns):
+                parent.append(ids[-1]); leaf.append(None); critic.append(float(values[b, e.segment_starts[k]]))
+                ids.append(len(parent) - 1)
+            parent.append(ids[-1]); leaf.append(e.reward); critic.append(0.0)
+            chain.append((b, e, ids))
+        _, vt = refine_values(parent, leaf, critic, algo.kappa, algo.gamma)
+        for b, e, ids in chain:
+            adv = segment_td_advantages([vt[i] for i in ids], e.reward, algo.gamma, 0.0)
+            for k, t in enumerate(e.turns):
+                expect[b, t.start:t.end] = adv[k]
+    credit = ESTIMATORS.get("focus")(batch, algo)
+    torch.testing.assert_close(credit.advantages, expect, rtol=0, atol=1e-4)
+    # the rollout's critic values are the trainer's values at the boundary positions
+    for tree in res.extras["trees"]:
+        for nd in tree.nodes:
+            if not nd.terminal:
+                assert abs(nd.v - float(values[nd.path, nd.position])) < 1e-4
+    # critic targets: G_bar of every non-leaf node, at its boundary position in its own episode
+    n_inner = sum(not nd.terminal for t in res.extras["trees"] for nd in t.nodes)
+    assert int(credit.value_mask.sum()) == n_inner
+    # with a (nearly) infinitely confident critic V~ = V: plain segment TD(0) on the critic
+    for tree in res.extras["trees"]:
+        tree.refine(kappa=1e9, gamma=1.0)
+        for pid in tree.paths:
+            e = res.episodes[pid]
+            v = [tree.nodes[i].v for i in tree.paths[pid][:-1]]
+            got = segment_td_advantages(tree.path_values(pid), e.reward, 1.0, 0.0)
+            want = [(e.reward if k == len(v) - 1 else v[k + 1]) - v[k] for k in range(len(v))]
+            assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch):
+    model, tok, fmt, spec = micro_policy
+    seen = {"max_active": 0, "max_own": 0, "forks": 0, "prefills": 0}
+    orig_fill, orig_launch = focus_mod.FocusRunner._fill, focus_mod.FocusRunner._launch_from
+
+    def fill(self):
+        orig_fill(self)
+        seen["max_active"] = max(seen["max_active"], len(self.active))
+        own = max(nd.own_inflight for t in self.trees for nd in t.nodes)
+        seen["max_own"] = max(seen["max_own"], own)
+        for t in self.trees:  # in-flight counts match the running paths
+            for nd in t.nodes:
+                assert nd.inflight == sum(nd.id in p.nodes for p in self.active if p.tree is t)
+                assert nd.own_inflight == sum(p.origin == nd.id and p.continuation
+                                              for p in self.active if p.tree is t)
+
+    def launch(self, tree, node):
+        n_rows = self.kv.n
+        orig_launch(self, tree, node)
+        p = self.paths[-1]
+        seen["forks" if p.feed == [] else "prefills"] += 1
+        assert self.kv.n == n_rows + 1
+
+    monkeypatch.setattr(focus_mod.FocusRunner, "_fill", fill)
+    monkeypatch.setattr(focus_mod.FocusRunner, "_launch_from", launch)
+    tasks = spec.tasks("train", 2)
+    algo = _algo(focus_roots=1, focus_max_inflight=2)
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=5, batch_size=2,
+                                        value_head=_value_head(model)), tasks)
+    assert seen["max_active"] <= 2 and seen["max_own"] <= 2
+    assert len(res.episodes) == 10 and res.extras["metrics"]["focus/continuations"] == 8
+    assert seen["forks"] > 0
+    # every continuation resumes exactly its source's prefix; engine log-probs of the new tokens
+    # (decoded on forked / compacted / re-prefilled KV rows) agree with a full forward pass
+    assert [e.meta["focus_path"] for e in res.episodes] == list(range(10))
+    batch = collate(res.episodes, fmt.pad_id)
+    with torch.no_grad():
+        lp, _ = forward(model, None, batch, 1.0)
+    mask = batch.response_mask.bool()
+    assert float((lp - batch.engine_logprobs)[mask].abs().max()) < 1e-4
+    trees = res.extras["trees"]
+    for tree in trees:
+        for pid, ids in tree.paths.items():
+            e = res.episodes[pid]
+            for i in ids[:-1]:
+                nd = tree.nodes[i]
+                src = res.episodes[nd.path]
+                assert e.token_ids[:nd.position] == src.token_ids[:nd.position]
+            # each segment is trained once: policy tokens only after the path's origin
+            origin = tree.nodes[e.meta["focus_origin"]]
+            assert all(m == 0 for m in e.response_mask[:origin.position])
+    with pytest.raises(config.ConfigError):
+        CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_allocator="bogus")), tasks)
+
+
+def test_token_budget_and_other_allocators(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    tasks = spec.tasks("train", 1)
+    for name in ("uniform", "random", "raw-residual"):
+        res = CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_allocator=name, focus_roots=1),
+                                            group_size=3, batch_size=2), tasks)
+        assert len(res.episodes) == 3
+        assert res.extras["metrics"]["focus/continuations"] == 2
+    # token budget: roots always run; no continuation starts once 30 tokens are spent
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_roots=1), group_size=16,
+                                        batch_size=2, budget=30), tasks)
+    m = res.extras["metrics"]
+    assert m["focus/tokens"] == res.tokens
+    # at most `batch_size` running paths of <= 3 turns x 8 tokens overshoot the budget
+    assert 30 <= res.tokens < 30 + 2 * 3 * 8
+    assert 1 < len(res.episodes) < 16
+
+
+def test_gains_hand_computed_and_allocator_choice():
+    def node(i, v, n, csum, inflight=0, launched=0, reward=None):
+        return Node(i, -1 if i == 0 else 0, 0, 10, 0, v=v, n=n, csum=csum, inflight=inflight,
+                    launched=launched, reward=reward, resumable=True)
+
+    a = node(0, 0.3, 1, 1.0)                   # kappa 1, n 1, 0/1 outcome: 5 (v - c)^2 / 36
+    assert focus_mod.gain(a, 1.0, "plugin") == pytest.approx(5 * 0.49 / 36)
+    b = node(1, 0.3, 1, 1.0, inflight=1)       # n_eff = 2: MSE_2(1) - MSE_3(1)
+    assert focus_mod.gain(b, 1.0, "plugin") == pytest.approx(0.49 / 9 - 0.49 / 16)
+    c = node(2, 0.7, 2, 1.0, inflight=1)       # cbar 0.5, n_eff 3
+    mse = lambda n: (0.2 ** 2 + n * 0.25) / (1 + n) ** 2  # noqa: E731
+    assert focus_mod.gain(c, 1.0, "plugin") == pytest.approx(mse(3) - mse(4))
+    m = (0.7 + 2 * 0.5) / 3                    # bayes: m(1-m) / (kappa + n_eff + 1)^2
+    assert focus_mod.gain(c, 1.0, "bayes") == pytest.approx(m * (1 - m) / 25)
+    assert focus_mod.gain(node(3, 0.3, 0, 0.0, inflight=1), 1.0, "plugin") == 0.0
+    assert focus_mod.gain(node(4, 0.3, 1, 1.0, reward=1.0), 1.0, "plugin") == 0.0
+    for nd in (a, b, c):
+        nd.g = focus_mod.gain(nd, 1.0, "plugin")
+    pick = focus_mod.ALLOCATORS.get
+    assert pick("focus")([a, b, c], None) is a
+    c.launched, a.launched, b.launched = 0, 2, 1
+    assert pick("uniform")([a, b, c], None) is c
+    assert pick("raw-residual")([a, b, c], None) is a      # |0.3 - 1| largest
+    zero = node(5, 0.5, 2, 1.0)
+    zero.g = 0.0
+    assert pick("focus")([zero], None) is None
+
+
+def test_refine_wiring_on_a_hand_tree():
+    t = Tree("task", 0)
+    t.add(-1, 0, 10, 0, v=0.4)
+    t.add(0, 1, 20, 0, v=0.6)
+    t.add(1, 2, 30, 0, reward=1.0, n=1, csum=1.0)
+    t.add(1, 2, 31, 1, reward=0.0, n=1, csum=0.0)
+    t.add(0, 1, 22, 2, v=0.2)
+    t.add(4, 2, 40, 2, reward=1.0, n=1, csum=1.0)
+    t.paths = {0: [0, 1, 2], 1: [0, 1, 3], 2: [0, 4, 5]}
+    gamma = 0.9
+    t.refine(kappa=1.0, gamma=gamma)
+    v1 = (0.6 + 2 * 0.5) / 3
+    v4 = (0.2 + 1.0) / 2
+    g0 = gamma * (v1 + v4) / 2
+    v0 = (0.4 + 2 * g0) / 3
+    assert [nd.G_bar for nd in t.nodes] == pytest.approx([g0, 0.5, None, None, 1.0, None])
+    assert [nd.V_tilde for nd in t.nodes] == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
+    assert t.path_values(0) == pytest.approx([v0, v1])
+    adv = focus_segment_advantages([t.path_values(p) for p in (0, 1, 2)], [1.0, 0.0, 1.0], gamma, 0.0)
+    want = [[gamma * v1 - v0, 1 - v1], [gamma * v1 - v0, -v1], [gamma * v4 - v0, 1 - v4]]
+    torch.testing.assert_close(adv, torch.tensor(want), rtol=0, atol=1e-6)
+    lam = 0.5  # TD(lambda) option
+    adv = focus_segment_advantages([t.path_values(0)], [1.0], gamma, lam)
+    d0, d1 = gamma * v1 - v0, 1 - v1
+    assert adv[0].tolist() == pytest.approx([d0 + gamma * lam * d1, d1])
+    row = json.loads(json.dumps(t.to_json()))
+    assert row["nodes"][1]["n"] == 0 and row["nodes"][2]["cbar"] == 1.0
+    assert row["nodes"][0]["G_bar"] == pytest.approx(g0) and row["nodes"][4]["V_tilde"] == pytest.approx(v4)
+    assert {"v", "n", "cbar", "g", "G_bar", "V_tilde"} <= set(row["nodes"][0])
+
+
+def test_train_focus_two_steps(tmp_path):
+    from agentrl_cli.train.loop import train
+
+    cfg = config.load(sets=MICRO + ["train.steps=2", "train.eval_every=0", "train.save_every=0",
+                                    "algo.focus_roots=1"], method="focus")
+    summary = train(cfg, tmp_path / "run", log=lambda s: None)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] > 0]
+    assert len(steps) == 2 and summary["steps"] == 2
+    for r in steps:
+        assert math.isfinite(r["loss/policy"]) and math.isfinite(r["loss/critic"])
+        assert r["focus/nodes"] > 0 and r["focus/continuations"] >= 1
+        assert r["rollout/tokens"] == r["focus/tokens"]
+        for k in ("focus/abs_v_minus_cbar", "focus/critic_mse", "focus/tool_calls_per_episode",
+                  "focus/branch_token_share"):
+            assert math.isfinite(r[k])
+
+
+def test_rollout_cli_writes_trees(tmp_path):
+    from typer.testing import CliRunner
+
+    from agentrl_cli.cli.main import app
+
+    out = tmp_path / "trees.jsonl"
+    args = ["rollout", "--method", "focus", "--out", str(out), "--n", "4", "-g", "2"]
+    for s in MICRO:
+        args += ["--set", s]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    trees = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(trees) == 2
+    for t in trees:
+        assert t["nodes"][0]["parent"] == -1 and len(t["paths"]) == 2
+        assert set(t["episodes"]) == set(t["paths"])
+        assert all({"v", "n", "cbar", "g", "G_bar", "V_tilde"} <= set(nd) for nd in t["nodes"])
