@@ -46,8 +46,8 @@ class EnvConfig:
     """Seed of the env's world and its train/eval splits (independent of the run seed)."""
     min_hops: int = 2
     """search: fewest hops in a question."""
-    max_hops: int = 3
-    """search: most hops in a question."""
+    max_hops: int = 2
+    """search: most hops in a question (up to 4)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
 
@@ -132,6 +132,16 @@ class AlgoConfig:
     """TRACE: weight of the turn credit r_k in a tool-call turn's token advantage."""
     trace_answer: str = "answer({answer})"
     """TRACE: how the gold answer is teacher-forced after each boundary ({answer} = the gold text)."""
+    focus_roots: int = 2
+    """FOCUS: root episodes per task before any branching (capped at group_size without a token budget)."""
+    focus_allocator: str = "focus"
+    """FOCUS: continuation allocator: focus (largest gain) | uniform | random | raw-residual (|v - cbar|)."""
+    focus_gain: str = "plugin"
+    """FOCUS: gain of one more continuation: plugin (MSE drop at p = cbar) | bayes (posterior-variance drop)."""
+    focus_max_inflight: int = 2
+    """FOCUS: most continuations launched from one node running at once."""
+    focus_lam: float = 0.0
+    """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
 
 
 @dataclass(frozen=True)

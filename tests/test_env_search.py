@@ -97,7 +97,7 @@ def test_corpus_shape(spec):
 
 def test_tasks_split_disjoint_and_well_formed(spec):
     train, ev = spec.tasks("train"), spec.tasks("eval")
-    assert len(train) == 1600 and len(ev) == 200
+    assert len(train) == 600 and len(ev) == 200
     assert spec.tasks("eval", 10) == ev[:10]
     assert ev[42].task_id == "search-eval-00042" and train[7].task_id == "search-train-00007"
     key = lambda t: (t.meta["start"], tuple(t.meta["relations"]))

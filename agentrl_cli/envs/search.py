@@ -435,7 +435,7 @@ class SearchSpec:
     name = "search"
 
     def __init__(self, seed: int = 0, n_entities: int = 300, min_hops: int = 2,
-                 max_hops: int = 3, n_train: int = 1600, n_eval: int = 200, max_turns: int = 12):
+                 max_hops: int = 3, n_train: int = 600, n_eval: int = 200, max_turns: int = 12):
         if not 1 <= min_hops <= max_hops:
             raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
         if max_hops > 5:

@@ -38,7 +38,7 @@ class TinyRecipe:
     env: str = "search"
     env_seed: int = 0
     min_hops: int = 2
-    max_hops: int = 3
+    max_hops: int = 2
     max_turns: int = 12
     vocab_size: int = 1024
     hidden_size: int = 128
@@ -49,7 +49,8 @@ class TinyRecipe:
     max_positions: int = 1024
     demos: int = 3000
     error_rate: float = 0.3
-    batch_size: int = 32
+    obs_weight: float = 1.0
+    batch_size: int = 16
     lr: float = 3e-3
     max_steps: int = 600
     eval_start: int = 100
@@ -123,6 +124,17 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return tok
 
 
+def _transcript_weights(batch, attn: torch.Tensor, obs_weight: float) -> torch.Tensor:
+    """[B, L]: 1 on policy tokens, `obs_weight` on observation tokens, 0 on prompt / padding."""
+    w = torch.zeros(attn.shape)
+    for i, e in enumerate(batch):
+        first = e.turns[0].start if e.turns else len(e.token_ids)
+        row = torch.tensor(e.response_mask, dtype=torch.float)
+        row[first:] = torch.where(row[first:] > 0, 1.0, obs_weight)
+        w[i, :len(row)] = row
+    return w
+
+
 def make_model(recipe: TinyRecipe, vocab_size: int):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -180,6 +192,7 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
     demos = run_expert(fmt, spec, demo_tasks, max_tokens=recipe.max_positions,
                        seed=recipe.seed, error_rate=recipe.error_rate)
     demo_success = sum(e.success for e in demos) / len(demos)
+    demos.sort(key=lambda e: len(e.token_ids))
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
     engine = HFEngine(model, fmt.pad_id)
     params = SamplingParams(temperature=1.0, max_new_tokens=32)
@@ -191,11 +204,18 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
         lr = recipe.lr * min(1.0, step / 20)
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = [demos[rng.randrange(len(demos))] for _ in range(recipe.batch_size)]
+        # demos are sorted by length, so a batch of neighbours wastes little on padding
+        start = rng.randrange(len(demos) - recipe.batch_size + 1)
+        batch = demos[start:start + recipe.batch_size]
         ids, mask, attn = pad_episodes(batch, fmt.pad_id)
         model.train()
         logp = token_logprobs(model, ids, attn)
-        loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        # Warm-up loss on every transcript token after the prompt, observations included:
+        # predicting search results and documents teaches the copy circuits (names, doc ids)
+        # several times faster than the few policy tokens alone. RL later trains policy tokens
+        # only (the response mask); this is language-model pre-training on the env's text.
+        weight = _transcript_weights(batch, attn, recipe.obs_weight)
+        loss = -(logp * weight[:, 1:]).sum() / weight[:, 1:].sum()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
