@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -91,16 +92,23 @@ def apply_step(live: _Live, fmt: ChatFormat, turn: Turn, max_tokens: int,
 
 def run_episodes(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[tuple[Task, int]],
                  params: SamplingParams, max_tokens: int, batch_size: int,
-                 generator: torch.Generator | None = None) -> list[Episode]:
-    """Roll out one episode per (task, group) pair with the engine's model, `batch_size` at a time."""
+                 generator: torch.Generator | None = None,
+                 on_state: Callable[[Episode, TextEnv], None] | None = None) -> list[Episode]:
+    """Roll out one episode per (task, group) pair with the engine's model, `batch_size` at a time.
+
+    `on_state(episode, env)`, if given, is called at every segment-boundary state the policy is
+    about to act from (after reset, and after each observation is appended), e.g. to snapshot
+    the env for forking (the vine controller). It must not modify either argument.
+    """
     episodes: list[Episode] = []
     for b in range(0, len(tasks), batch_size):
         episodes += _run_batch(engine, fmt, spec, tasks[b:b + batch_size], params, max_tokens,
-                               generator)
+                               generator, on_state)
     return episodes
 
 
-def _run_batch(engine, fmt, spec, tasks, params, max_tokens, generator) -> list[Episode]:
+def _run_batch(engine, fmt, spec, tasks, params, max_tokens, generator,
+               on_state=None) -> list[Episode]:
     lives: list[_Live] = []
     chunks: list[list[int] | None] = []
     for task, group in tasks:
@@ -109,6 +117,16 @@ def _run_batch(engine, fmt, spec, tasks, params, max_tokens, generator) -> list[
         prompt = fmt.prompt_ids(env.system_prompt, user)
         lives.append(_Live(new_episode(task, group, prompt), env))
         chunks.append(prompt)
+        if on_state is not None:
+            on_state(lives[-1].ep, env)
+    return drive_batch(engine, fmt, lives, chunks, params, max_tokens, generator, on_state)
+
+
+def drive_batch(engine, fmt: ChatFormat, lives: list[_Live], chunks: list[list[int] | None],
+                params: SamplingParams, max_tokens: int, generator: torch.Generator | None,
+                on_state: Callable[[Episode, TextEnv], None] | None = None) -> list[Episode]:
+    """Decode live episodes turn by turn until all are done; `chunks[r]` is row r's first input
+    (its prompt, or a whole stored prefix when resuming from a forked state)."""
     kv = engine.new_batch(len(lives))
     while True:
         rows = [r for r, lv in enumerate(lives) if not lv.done]
@@ -121,6 +139,8 @@ def _run_batch(engine, fmt, spec, tasks, params, max_tokens, generator) -> list[
             lv = lives[r]
             turn = append_turn(lv.ep, g_ids, g_lps, fmt.decode_action(g_ids))
             chunks[r] = apply_step(lv, fmt, turn, max_tokens, params.max_new_tokens)
+            if on_state is not None and chunks[r] is not None:
+                on_state(lv.ep, lv.env)
     return [lv.ep for lv in lives]
 
 
