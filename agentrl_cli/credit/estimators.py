@@ -43,3 +43,101 @@ def _dr_grpo(batch, algo) -> Credit:
 def _rloo(batch, algo) -> Credit:
     return Credit(batched.rloo_token_advantages(batch.rewards, batch.group_index,
                                                 batch.response_mask))
+
+
+def _whiten(adv: torch.Tensor, mask: torch.Tensor, algo) -> torch.Tensor:
+    return batched.masked_whiten(adv, mask) if algo.whiten else adv
+
+
+@ESTIMATORS.register("gae")
+def _gae(batch, algo) -> Credit:
+    """PPO (METHODS §1): token-level GAE on the critic's values, reward on the last policy token.
+
+    Returns are the unwhitened `A + V` (the critic's targets); `algo.whiten` then normalises the
+    advantages over the batch's policy tokens (the PPO recipe turns it on).
+    """
+    if batch.old_values is None:
+        raise ValueError("estimator 'gae' needs critic values (a recipe with critic=True)")
+    adv, returns = batched.gae_token_advantages(batch.rewards, batch.old_values, batch.response_mask,
+                                                gamma=algo.gamma, lam=algo.lam)
+    return Credit(_whiten(adv, batch.response_mask, algo), returns, batch.response_mask)
+
+
+def segment_values_tensor(values: list[list[float]], dtype=torch.float32) -> torch.Tensor:
+    """Per-episode lists of V(s_0..s_{T_b-1}) -> [B, max T_b], right-padded with NaN."""
+    width = max((len(v) for v in values), default=0)
+    out = torch.full((len(values), width), float("nan"), dtype=dtype)
+    for b, v in enumerate(values):
+        if v:
+            out[b, :len(v)] = torch.tensor(v, dtype=dtype)
+    return out
+
+
+def vine_segment_advantages(values: torch.Tensor, num_segments: torch.Tensor, rewards: torch.Tensor,
+                            gamma: float = 1.0) -> torch.Tensor:
+    """VinePPO one-step segment advantages, [B, S] (METHODS §1).
+
+    values: [B, S] Monte-Carlo V(s_k) (NaN where a state got no continuation, e.g. budget spent);
+    num_segments: [B] long, T_b; rewards: [B] terminal R.
+    `A_k = r_k + gamma V(s_{k+1}) - V(s_k)` with `r_k = 1{k = T_b - 1} R` and `V(s_{T_b}) = 0`
+    (equals `credit.segment_td_advantages(values, R, gamma, lam=0)` row by row). A segment whose
+    two values are not both known gets advantage 0 (it carries no credit rather than a guess).
+    """
+    B, S = values.shape
+    k = torch.arange(S).expand(B, S)
+    last = k == (num_segments[:, None] - 1)
+    nxt = torch.cat([values[:, 1:], values.new_zeros(B, 1)], dim=1)
+    target = torch.where(last, rewards[:, None].to(values.dtype), gamma * nxt)
+    adv = target - values
+    ok = (k < num_segments[:, None]) & torch.isfinite(adv)
+    return torch.where(ok, adv, torch.zeros_like(adv))
+
+
+@ESTIMATORS.register("vine")
+def _vine(batch, algo) -> Credit:
+    """VinePPO (METHODS §1): segment TD residuals of the vine controller's Monte-Carlo values
+    (`batch.extras["segment_values"]`, one list per episode) on each segment's policy tokens."""
+    if "segment_values" not in batch.extras:
+        raise ValueError("estimator 'vine' needs segment values from the 'vine' controller")
+    values = segment_values_tensor(batch.extras["segment_values"])
+    valid = (batch.segment_index >= 0) & (batch.response_mask > 0)
+    num_segments = torch.where(valid, batch.segment_index, -1).max(1).values + 1
+    seg_adv = vine_segment_advantages(values, num_segments, batch.rewards, algo.gamma)
+    adv = batched.broadcast_turn_values(seg_adv, batch.segment_index, batch.response_mask)
+    return Credit(_whiten(adv, batch.response_mask, algo))
+
+
+@ESTIMATORS.register("mpo")
+def _mpo(batch, algo) -> Credit:
+    """MPO (METHODS §3): multi-scale advantage on the critic's token values, normalised once
+    over the batch's policy tokens (`algo.whiten`, on in the recipe); the critic regresses every
+    policy token to the terminal reward R (lambda_critic = 1)."""
+    if batch.old_values is None:
+        raise ValueError("estimator 'mpo' needs critic values (a recipe with critic=True)")
+    adv = batched.mpo_token_advantages(batch.old_values, batch.rewards, batch.turn_index,
+                                       batch.response_mask, lam=algo.lam,
+                                       lam_intra=algo.lam_intra, beta=algo.beta)
+    returns = batch.rewards[:, None] * batch.response_mask
+    return Credit(_whiten(adv, batch.response_mask, algo), returns, batch.response_mask)
+
+
+@ESTIMATORS.register("trace")
+def _trace(batch, algo) -> Credit:
+    """TRACE (METHODS §4): GRPO outcome advantage plus reference-model turn credit.
+
+    Needs `batch.extras["trace_mean_logprobs"]` [B, M] and `["trace_num_turns"]` [B] from the
+    "trace" preparer (`train/trace_reference.py`). The last turn of every episode gets the outcome
+    term only: it is the final answer, or (for an episode cut by a limit) a turn whose
+    observation never entered the context, so its information gain cannot be measured.
+    """
+    if "trace_mean_logprobs" not in batch.extras:
+        raise ValueError("estimator 'trace' needs the 'trace' preparer's reference log-probs")
+    out = batched.grpo_episode_advantages(batch.rewards, batch.group_index, std=algo.std_normalize)
+    adv = batched.trace_token_advantages(
+        batch.extras["trace_mean_logprobs"], batch.extras["trace_num_turns"], out,
+        batch.turn_index, batch.response_mask, final_turn_is_answer=True, eps=algo.trace_eps,
+        K=algo.trace_k, gamma_td=algo.gamma_td, lambda_term=algo.lambda_term,
+        alpha_out=algo.alpha_out, alpha_turn=algo.alpha_turn)
+    return Credit(adv)
+
+
