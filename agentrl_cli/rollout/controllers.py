@@ -1,7 +1,19 @@
 """Rollout controllers: how a step's generation budget becomes episodes (and trees).
 
 `controller(ctx, tasks) -> RolloutResult`; `ctx` carries the engine, chat format, env spec,
-sampling parameters and the step's generator. The trainer never branches on the name.
+sampling parameters, the step's generator and the algorithm config (for controller options
+such as DAPO's dynamic sampling). The trainer never branches on the name.
+
+Matched budgets: `ctx.budget_tokens > 0` caps the generated tokens of a step (extra
+continuations included). The linear controller's policy is the simplest honest one: episodes
+are launched in waves of whole groups (at most `batch_size` episodes, at least one group), and
+no new wave starts once the step has spent its budget; the last wave may overshoot by at most
+its own generation, and the trainer logs the true `rollout/tokens`. With no budget, all
+episodes go to the engine in one call (exactly as without this feature).
+
+DAPO's overlong shaping is applied here, to `Episode.reward`, right after each episode is
+generated and before dynamic sampling and the estimator see it (`reward/mean` in the metrics is
+therefore the shaped reward; `success` is the verifier's verdict).
 """
 from __future__ import annotations
 
@@ -10,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from ..config import AlgoConfig
 from ..engines.hf import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
@@ -29,6 +42,7 @@ class RolloutContext:
     batch_size: int
     budget_tokens: int            # 0 = no cap
     generator: torch.Generator
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # controller options (vine_k, DAPO knobs)
 
 
 @dataclass
@@ -45,10 +59,127 @@ class RolloutResult:
 CONTROLLERS: Registry[Callable[[RolloutContext, list[Task]], RolloutResult]] = Registry("controller")
 
 
+# ----------------------------------------------------------------------------- DAPO knobs
+
+
+def overlong_penalty(length: int, max_tokens: int, cache: int, cut: bool = False) -> float:
+    """DAPO's soft overlong punishment of an episode of `length` tokens (prompt included).
+
+    0 up to `max_tokens - cache`, then linear down to -1 at `max_tokens`; -1 beyond, and -1 for
+    an episode the runner cut because its next turn would not fit (`cut`: it would have gone
+    beyond L_max had it been allowed to continue).
+    """
+    if cut or length > max_tokens:
+        return -1.0
+    start = max_tokens - cache
+    if length <= start:
+        return 0.0
+    return (start - length) / cache
+
+
+def shape_rewards(episodes: list[Episode], ctx: RolloutContext) -> None:
+    """Add the overlong penalty to each episode's reward when `algo.overlong_shaping` is on."""
+    if not ctx.algo.overlong_shaping:
+        return
+    for ep in episodes:
+        if "reward_raw" in ep.meta:
+            continue
+        pen = overlong_penalty(len(ep.token_ids), ctx.max_tokens, ctx.algo.overlong_cache,
+                               cut=ep.finish == "max_tokens")
+        ep.meta["reward_raw"], ep.meta["overlong_penalty"] = ep.reward, pen
+        ep.reward = ep.reward + pen
+
+
+def is_informative(group: list[Episode]) -> bool:
+    """A group whose rewards are not all equal (its outcome advantages are not all zero)."""
+    return len(group) > 1 and max(e.reward for e in group) > min(e.reward for e in group)
+
+
+# ----------------------------------------------------------------------------- linear
+
+
+def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
+               spent: int = 0, **kw) -> list[Episode]:
+    """`ctx.group_size` episodes for each task (groups numbered from `first_group`), shaped.
+
+    With a budget, groups are launched in waves and no wave starts once `spent` plus what this
+    call has generated reaches `ctx.budget_tokens` (see the module docstring). `kw` goes to
+    `run_episodes` (e.g. `on_state`).
+    """
+    pairs = [(t, first_group + g) for g, t in enumerate(tasks) for _ in range(ctx.group_size)]
+    if ctx.budget_tokens <= 0:
+        eps = run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
+                           ctx.batch_size, ctx.generator, **kw)
+    else:
+        wave = max(1, ctx.batch_size // ctx.group_size) * ctx.group_size
+        eps = []
+        for start in range(0, len(pairs), wave):
+            if spent + sum(e.generated_tokens for e in eps) >= ctx.budget_tokens:
+                break
+            eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs[start:start + wave],
+                                ctx.params, ctx.max_tokens, ctx.batch_size, ctx.generator, **kw)
+    shape_rewards(eps, ctx)
+    return eps
+
+
+def _groups(eps: list[Episode]) -> dict[int, list[Episode]]:
+    out: dict[int, list[Episode]] = {}
+    for e in eps:
+        out.setdefault(e.group, []).append(e)
+    return out
+
+
+def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode]) -> RolloutResult:
+    """DAPO dynamic sampling on top of a linear rollout `first` of `tasks`.
+
+    Groups whose (shaped) rewards are all equal are dropped; each refill round samples as many
+    new training tasks (uniformly, with `ctx.generator`, never a task already used this step)
+    as groups are missing, for at most `algo.dynamic_rounds` rounds or until the budget is
+    spent. The kept groups (at most `len(tasks)`) are renumbered 0..n-1. If no group at all is
+    informative, the first round's groups are returned unchanged (the batch is then a no-op for
+    outcome advantages, but the trainer still gets its step). Tokens of dropped groups count as
+    `extra_tokens` (generated, not trained on).
+    """
+    target = len(tasks)
+    spent = sum(e.generated_tokens for e in first)
+    kept = [g for g in _groups(first).values() if is_informative(g)][:target]
+    used = {t.task_id for t in tasks}
+    pool = ctx.spec.tasks("train")
+    next_group = target
+    rounds = 0
+    while len(kept) < target and rounds < ctx.algo.dynamic_rounds:
+        if ctx.budget_tokens > 0 and spent >= ctx.budget_tokens:
+            break
+        rounds += 1
+        order = torch.randperm(len(pool), generator=ctx.generator).tolist()
+        fresh = [pool[i] for i in order if pool[i].task_id not in used][:target - len(kept)]
+        if not fresh:
+            break
+        used |= {t.task_id for t in fresh}
+        eps = run_groups(ctx, fresh, first_group=next_group, spent=spent)
+        next_group += len(fresh)
+        spent += sum(e.generated_tokens for e in eps)
+        kept += [g for g in _groups(eps).values() if is_informative(g)][:target - len(kept)]
+    if not kept:
+        kept = list(_groups(first).values())
+    episodes = []
+    for g, group in enumerate(kept):
+        for e in group:
+            e.group = g
+            episodes.append(e)
+    trained = sum(e.generated_tokens for e in episodes)
+    stats = {"dynamic/rounds": rounds, "dynamic/kept_groups": len(kept)}
+    return RolloutResult(episodes, extra_tokens=spent - trained, extras={"dynamic_sampling": stats})
+
+
 @CONTROLLERS.register("linear")
 def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
-    """G independent episodes per task (GRPO-style groups)."""
-    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(ctx.group_size)]
-    eps = run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
-                       ctx.batch_size, ctx.generator)
+    """G independent episodes per task (GRPO-style groups); DAPO dynamic sampling when
+    `algo.dynamic_sampling` is on."""
+    eps = run_groups(ctx, tasks)
+    if ctx.algo.dynamic_sampling:
+        return dynamic_sampling(ctx, tasks, eps)
     return RolloutResult(eps)
+
+
+from . import vine as _vine  # noqa: E402,F401  (registers the "vine" controller)

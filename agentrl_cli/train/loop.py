@@ -215,7 +215,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         ctx = RolloutContext(engine, fmt, spec, params, cfg.rollout.group_size,
                              cfg.rollout.max_tokens, cfg.rollout.batch_size,
                              cfg.rollout.budget_tokens,
-                             torch.Generator().manual_seed(step_seed(cfg.seed, step)))
+                             torch.Generator().manual_seed(step_seed(cfg.seed, step)),
+                             algo=cfg.algo)
         result = controller(ctx, sampler.for_step(step))
         eps = result.episodes
         t_roll = time.time() - t0

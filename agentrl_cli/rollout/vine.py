@@ -1,0 +1,131 @@
+"""The VinePPO controller: Monte-Carlo values of segment-boundary states (METHODS §1).
+
+1. Sample `G` episodes per task exactly like `linear`, snapshotting the env at every
+   segment-boundary state `s_k` (the runner's `on_state` hook; `s_k` = the episode's tokens up to
+   the start of turn k, `k = 0..T-1`).
+2. From each `s_k`, run `algo.vine_k` extra continuations with the current policy: a fresh env is
+   restored from the snapshot and the continuation's prompt is the episode's exact token prefix
+   (token-in, token-out). `V(s_k)` = the mean reward of its continuations.
+   `s_0` (the task prompt) is the same state for every episode of a group, so its continuations
+   are run once per group and shared.
+3. `extras["segment_values"][b]` = [V(s_0), ..., V(s_{T_b-1})] of episode b (NaN for a state that
+   got no continuation); the "vine" estimator turns them into segment advantages.
+
+Continuations are only used for values, never trained on; their generated tokens are counted in
+`RolloutResult.extra_tokens` (so `rollout/tokens` is the step's full generation cost).
+The paper uses K = 9; the default `algo.vine_k = 3` keeps CPU runs short.
+
+Cost: every continuation re-prefills its whole prefix. Reusing the episode's KV prefix when
+forking is left for the FOCUS engine.
+
+Budget (`rollout.budget_tokens > 0`): the main episodes follow the linear controller's policy.
+Continuations are queued round-robin over states (every state gets its first continuation before
+any state gets a second) and launched in waves of at most `batch_size`; a continuation is
+launched only if the tokens spent so far plus the wave's estimated cost fit within the budget,
+each continuation priced at what its source episode generated from that state on. The queue
+stops at the first continuation that does not fit. The estimate can be wrong, so the last wave
+may overshoot by its estimation error; the trainer logs the true `rollout/tokens`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..types import Episode
+from .controllers import CONTROLLERS, RolloutContext, RolloutResult, run_groups, shape_rewards
+from .runner import _Live, drive_batch, new_episode
+
+
+@dataclass
+class _State:
+    """One segment-boundary state to estimate."""
+
+    source: int                   # index of the episode it was recorded on
+    boundary: int                 # k: the state before turn k
+    prefix: list[int]             # the episode's token ids up to turns[k].start
+    snapshot: object              # env snapshot at that state
+    cost: int                     # tokens the source episode generated from this state on
+
+
+def boundary_states(eps: list[Episode], snaps: dict[int, list[tuple[int, object]]]) -> tuple[
+        list[_State], list[list[int]]]:
+    """The distinct states to estimate and, per episode, the state index of each of its turns."""
+    states: list[_State] = []
+    index: list[list[int]] = []
+    root: dict[int, int] = {}
+    for b, ep in enumerate(eps):
+        recorded = snaps.get(id(ep), [])
+        if len(recorded) < ep.num_turns:
+            raise RuntimeError(f"vine: episode {b} has {ep.num_turns} turns but "
+                               f"{len(recorded)} recorded states")
+        row = []
+        for k, turn in enumerate(ep.turns):
+            length, snap = recorded[k]
+            if length != turn.start:
+                raise RuntimeError(f"vine: state {k} of episode {b} is at token {length}, "
+                                   f"turn starts at {turn.start}")
+            if k == 0 and ep.group in root:
+                row.append(root[ep.group])
+                continue
+            cost = sum(t.end - t.start for t in ep.turns[k:])
+            states.append(_State(b, k, ep.token_ids[:turn.start], snap, cost))
+            if k == 0:
+                root[ep.group] = len(states) - 1
+            row.append(len(states) - 1)
+        index.append(row)
+    return states, index
+
+
+def _plan_waves(ctx: RolloutContext, states: list[_State], spent: int) -> list[list[int]]:
+    """Queue of state indices (round-robin over states, K rounds) cut into waves within budget."""
+    queue = [s for _ in range(ctx.algo.vine_k) for s in range(len(states))]
+    waves: list[list[int]] = []
+    planned = spent
+    for s in queue:
+        if ctx.budget_tokens > 0 and planned + states[s].cost > ctx.budget_tokens:
+            break
+        planned += states[s].cost
+        if not waves or len(waves[-1]) >= ctx.batch_size:
+            waves.append([])
+        waves[-1].append(s)
+    return waves
+
+
+@CONTROLLERS.register("vine")
+def vine(ctx: RolloutContext, tasks) -> RolloutResult:
+    """G episodes per task plus `algo.vine_k` value continuations from every boundary state."""
+    snaps: dict[int, list[tuple[int, object]]] = {}
+
+    def record(ep, env):
+        snaps.setdefault(id(ep), []).append((len(ep.token_ids), env.snapshot()))
+
+    eps = run_groups(ctx, tasks, on_state=record)
+    states, index = boundary_states(eps, snaps)
+    spent = sum(e.generated_tokens for e in eps)
+    rewards: list[list[float]] = [[] for _ in states]
+    conts: list[Episode] = []
+    for wave in _plan_waves(ctx, states, spent):
+        lives, chunks = [], []
+        for s in wave:
+            st = states[s]
+            src = eps[st.source]
+            env = ctx.spec.make()
+            env.restore(st.snapshot)
+            ep = new_episode(tasks[src.group], src.group, st.prefix)
+            ep.meta.update(vine_state=s, source=st.source, boundary=st.boundary)
+            lives.append(_Live(ep, env))
+            chunks.append(list(st.prefix))
+        done = drive_batch(ctx.engine, ctx.fmt, lives, chunks, ctx.params, ctx.max_tokens,
+                           ctx.generator)
+        shape_rewards(done, ctx)
+        for s, ep in zip(wave, done):
+            rewards[s].append(ep.reward)
+        conts += done
+    values = [sum(r) / len(r) if r else math.nan for r in rewards]
+    extras = {
+        "segment_values": [[values[s] for s in row] for row in index],
+        "segment_counts": [[len(rewards[s]) for s in row] for row in index],
+        "continuations": conts,
+        "vine": {"states": len(states), "continuations": len(conts)},
+    }
+    return RolloutResult(eps, extra_tokens=sum(c.generated_tokens for c in conts), extras=extras)
