@@ -16,7 +16,7 @@ class Recipe:
     defaults: dict = field(default_factory=dict)  # dotted config overrides (algo.*, rollout.*)
     critic: bool = False          # trains a value function
     reference: bool = False       # needs a frozen copy of the initial policy
-    extra_rollouts: str = ""      # what extra generation it spends (for the README table)
+    extra_rollouts: str = ""      # what extra generation (or forward passes) it spends, for the README table
 
 
 METHODS: Registry[Recipe] = Registry("method")
@@ -29,4 +29,51 @@ def _add(r: Recipe) -> None:
 _add(Recipe(
     "grpo", "group-normalised outcome advantage, token-mean PPO-clip",
     {"algo.estimator": "grpo", "algo.loss": "ppo_clip", "algo.controller": "linear"},
+))
+
+_add(Recipe(
+    "dr_grpo", "GRPO without the std division (Dr. GRPO), token-mean PPO-clip",
+    {"algo.estimator": "dr_grpo", "algo.std_normalize": False, "algo.loss": "ppo_clip",
+     "algo.controller": "linear"},
+))
+_add(Recipe(
+    "rloo", "leave-one-out baseline R_i - mean_{j!=i} R_j, token-mean PPO-clip",
+    {"algo.estimator": "rloo", "algo.loss": "ppo_clip", "algo.controller": "linear"},
+))
+_add(Recipe(
+    "dapo", "GRPO + clip-higher, dynamic sampling, overlong shaping, token-mean",
+    {"algo.estimator": "grpo", "algo.loss": "ppo_clip", "algo.controller": "linear",
+     "algo.eps_low": 0.2, "algo.eps_high": 0.28, "algo.dynamic_sampling": True,
+     "algo.overlong_shaping": True, "algo.agg": "token-mean"},
+    extra_rollouts="refill groups dropped by dynamic sampling (up to algo.dynamic_rounds rounds)",
+))
+_add(Recipe(
+    "gspo", "GRPO advantage with a clipped sequence-level ratio, sequence-mean",
+    {"algo.estimator": "grpo", "algo.loss": "gspo", "algo.controller": "linear",
+     "algo.eps_low": 3e-4, "algo.eps_high": 4e-4, "algo.agg": "seq-mean"},
+))
+_add(Recipe(
+    "ppo", "token-level GAE on a value head (gamma 1, lam 0.95), whitened, PPO-clip",
+    {"algo.estimator": "gae", "algo.loss": "ppo_clip", "algo.controller": "linear",
+     "algo.gamma": 1.0, "algo.lam": 0.95, "algo.whiten": True},
+    critic=True,
+))
+_add(Recipe(
+    "vineppo", "Monte-Carlo values from K continuations per segment boundary, segment TD, PPO-clip",
+    {"algo.estimator": "vine", "algo.loss": "ppo_clip", "algo.controller": "vine",
+     "algo.gamma": 1.0},
+    extra_rollouts="algo.vine_k continuations per segment boundary (paper: 9), values only",
+))
+_add(Recipe(
+    "mpo", "turn-level GAE + centred intra-turn trace on a critic, turn-level ratio",
+    {"algo.estimator": "mpo", "algo.loss": "turn_ratio", "algo.controller": "linear",
+     "algo.lam": 0.8, "algo.lam_intra": 0.95, "algo.beta": 1.0, "algo.whiten": True},
+    critic=True,
+))
+_add(Recipe(
+    "trace", "GRPO outcome advantage + turn credit from a frozen reference's gold-answer log-probs",
+    {"algo.estimator": "trace", "algo.loss": "ppo_clip", "algo.controller": "linear",
+     "algo.trace_eps": 0.1, "algo.trace_k": 3, "algo.gamma_td": 0.8, "algo.lambda_term": 2.0,
+     "algo.alpha_out": 1.0, "algo.alpha_turn": 0.2},
+    reference=True,  # extra compute: one teacher-forced reference pass per tool-call boundary
 ))

@@ -11,3 +11,5 @@ from typing import Callable
 from ..registry import Registry
 
 PREPARERS: Registry[Callable] = Registry("preparer")
+
+from . import trace_reference as _trace_reference  # noqa: E402,F401  (registers "trace")
