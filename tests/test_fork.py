@@ -98,3 +98,45 @@ def test_per_row_generators_do_not_depend_on_batch_composition():
     t_all, _ = sample_rows(logits, params, gens)
     alone, _ = sample_rows(logits[1:2], params, [torch.Generator().manual_seed(2)])
     assert int(alone[0]) == int(t_all[1])
+
+
+def test_pack_removes_holes_exactly(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    kv = KVBatch(model, 3, fmt.pad_id)
+    seqs = [list(range(10, 20)), list(range(30, 33)), list(range(60, 66))]
+    kv.extend([seqs[0], None, None])
+    kv.extend([None, seqs[1], None])
+    kv.extend([None, None, seqs[2]])
+    kv.extend([[1, 2], [3], None])
+    assert kv.mask.shape[1] > int(kv.lengths.max())
+    kv.pack()
+    assert kv.mask.shape[1] == int(kv.lengths.max()) == 12
+    assert kv.cache.layers[0].keys.shape[2] == 12
+    assert kv.mask.sum(1).tolist() == kv.lengths.tolist()
+    kv.extend([[4], [5], [6]])
+    for r, s in enumerate([seqs[0] + [1, 2, 4], seqs[1] + [3, 5], seqs[2] + [6]]):
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_extend_only_fed_rows_is_exact(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    kv = KVBatch(model, 3, fmt.pad_id)
+    kv.keep_hidden = True
+    seqs = [list(range(10, 20)), list(range(30, 33)), list(range(60, 66))]
+    kv.extend([seqs[0], None, seqs[2]], only_fed=True)
+    kv.extend([[1], seqs[1], None], only_fed=True)      # one decode row + one prefill row
+    new = kv.fork(0, 4)
+    chunks = [None] * kv.n
+    chunks[2], chunks[new] = [7, 8], []
+    kv.extend(chunks, only_fed=True)
+    want = {0: seqs[0] + [1], 1: seqs[1], 2: seqs[2] + [7, 8], new: seqs[0][:4]}
+    for r, s in want.items():
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s),
+                                   rtol=1e-4, atol=1e-4)
+        assert kv.tokens[r] == s and int(kv.lengths[r]) == len(s)
+    kv.pack()
+    kv.extend([[2], [3], [4], [5]], only_fed=True)
+    for r, s in want.items():
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s + [r + 2]),
+                                   rtol=1e-4, atol=1e-4)

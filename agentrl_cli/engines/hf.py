@@ -83,6 +83,7 @@ class KVBatch:
         self.tokens: list[list[int]] = [[] for _ in range(n_rows)]  # real tokens fed, per row
         self.keep_hidden = False  # also keep each row's last hidden state (value heads)
         self.last_hidden: torch.Tensor | None = None  # [n_rows, H] when keep_hidden
+        self._buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # layer -> K/V buffers
 
     @torch.no_grad()
     def _forward(self, chunks: list[list[int]]) -> None:
@@ -118,8 +119,83 @@ class KVBatch:
             if c:
                 self.tokens[r] += c
 
-    def extend(self, chunks: list[list[int] | None]) -> None:
-        """Append tokens to rows (None or [] = nothing). A row's pending sampled token goes first."""
+    @torch.no_grad()
+    def _forward_rows(self, rows: list[int], chunks: list[list[int]]) -> None:
+        """Feed only `rows` (chunks left-padded to a common length): the other rows get hole
+        columns but no compute. The fed rows' cache is gathered into a sub-batch cache, and
+        their new K/V are written back into the new columns."""
+        from transformers import DynamicCache
+
+        width = max(len(c) for c in chunks)
+        m = len(rows)
+        ids = torch.full((m, width), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros(m, width, dtype=torch.long)
+        for j, c in enumerate(chunks):
+            ids[j, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            new_mask[j, width - len(c):] = 1
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        pos = (self.lengths[idx][:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
+        S = self.mask.shape[1]
+        sub = DynamicCache(config=self.model.config)
+        for i, layer in enumerate(self.cache.layers):
+            if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
+                sub.update(layer.keys[idx], layer.values[idx], i)
+        out = self.model(input_ids=ids, attention_mask=torch.cat([self.mask[idx], new_mask], dim=1),
+                         position_ids=pos, cache=sub, use_cache=True, logits_to_keep=1,
+                         output_hidden_states=self.keep_hidden)
+        while len(self.cache.layers) < len(sub.layers):  # a cache that never saw a forward
+            self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
+        for li, (layer, sl) in enumerate(zip(self.cache.layers, sub.layers)):
+            nk, nv = sl.keys[:, :, S:], sl.values[:, :, S:]
+            if getattr(layer, "keys", None) is None or layer.keys.dim() != 4:
+                layer.lazy_initialization(nk, nv)
+                layer.keys = nk.new_zeros((self.n, nk.shape[1], 0, nk.shape[3]))
+                layer.values = nv.new_zeros((self.n, nv.shape[1], 0, nv.shape[3]))
+            # the full cache lives in buffers with spare columns (grown by doubling), so adding
+            # columns does not copy the whole cache every forward
+            kb, vb = self._buffers.get(li, (None, None))
+            if (kb is None or kb.shape[0] != self.n or kb.shape[2] < S + width
+                    or layer.keys.data_ptr() != kb.data_ptr() or layer.keys.shape[2] != S):
+                cap = max(2 * (S + width), 64)
+                kb = layer.keys.new_zeros((self.n, nk.shape[1], cap, nk.shape[3]))
+                vb = layer.values.new_zeros((self.n, nv.shape[1], cap, nv.shape[3]))
+                kb[:, :, :S] = layer.keys
+                vb[:, :, :S] = layer.values
+                self._buffers[li] = (kb, vb)
+            else:
+                kb[:, :, S:S + width] = 0
+                vb[:, :, S:S + width] = 0
+            kb[idx, :, S:S + width] = nk
+            vb[idx, :, S:S + width] = nv
+            layer.keys, layer.values = kb[:, :, :S + width], vb[:, :, :S + width]
+        mask = torch.cat([self.mask, self.mask.new_zeros((self.n, width))], dim=1)
+        mask[idx, S:] = new_mask
+        self.mask = mask
+        logits = out.logits[:, -1, :]
+        if self.last_logits is None:
+            self.last_logits = torch.full((self.n, logits.shape[-1]), float("nan"), dtype=logits.dtype,
+                                          device=self.device)
+        self.last_logits[idx] = logits.to(self.last_logits.dtype)
+        if self.keep_hidden:
+            h = out.hidden_states[-1][:, -1, :]
+            if self.last_hidden is None or self.last_hidden.shape[0] != self.n:
+                self.last_hidden = torch.full((self.n, h.shape[-1]), float("nan"), dtype=h.dtype,
+                                              device=self.device)
+            self.last_hidden[idx] = h.to(self.last_hidden.dtype)
+        self.lengths[idx] += new_mask.sum(1)
+        self.forward_tokens += int(new_mask.sum())
+        for r, c in zip(rows, chunks):
+            self.tokens[r] += c
+
+    def extend(self, chunks: list[list[int] | None], only_fed: bool = False) -> None:
+        """Append tokens to rows (None or [] = nothing). A row's pending sampled token goes first.
+
+        `only_fed=True` computes only the rows that get tokens, in at most two forwards (rows
+        fed one token, rows fed more), instead of one forward over every row padded to the
+        longest chunk: what continuous batching needs, where one row's observation prefill
+        would otherwise be padded into every other row (and parked rows cost nothing).
+        """
         full = []
         for r, c in enumerate(chunks):
             if c is None:
@@ -127,7 +203,13 @@ class KVBatch:
             else:
                 full.append(self.pending[r] + list(c))
                 self.pending[r] = []
-        self._forward(full)
+        if not only_fed:
+            self._forward(full)
+            return
+        for group in ([r for r, c in enumerate(full) if len(c) == 1],
+                      [r for r, c in enumerate(full) if len(c) > 1]):
+            if group:
+                self._forward_rows(group, [full[r] for r in group])
 
     # ------------------------------------------------------------------ rows: fork, add, keep
 
@@ -212,6 +294,28 @@ class KVBatch:
         if self.last_hidden is not None:
             self.last_hidden = self.last_hidden[idx]
         self.n = len(rows)
+
+    def pack(self) -> None:
+        """Defragment: move every row's real tokens to the right end of a cache exactly as wide
+        as the longest row. Rows that are fed at different times (continuous batching) each add
+        columns that every other row holds as holes, so the cache would grow with the sum of
+        the rows' lengths instead of the longest; keys are stored after RoPE and positions are
+        explicit, so moving columns is exact."""
+        width = int(self.lengths.max()) if self.n else 0
+        if self.mask.shape[1] <= width:
+            return
+        S = self.mask.shape[1]
+        real = self.mask.bool()
+        # for each row: its real columns in order, left-padded with column indices of holes
+        order = torch.argsort(real.to(torch.int8), dim=1, stable=True)  # holes first, then reals
+        idx = order[:, S - width:]
+        self.mask = torch.gather(self.mask, 1, idx)
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None:
+                continue
+            g = idx[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys = torch.gather(layer.keys, 2, g)
+            layer.values = torch.gather(layer.values, 2, g)
 
     def generate(self, rows: list[int], params: SamplingParams, stop_ids: tuple[int, ...],
                  generator: torch.Generator | Sequence[torch.Generator] | None = None,

@@ -11,13 +11,16 @@ most `algo.focus_max_inflight` continuations launched from a node run at once, a
 up refined values per tree, and the "focus" estimator turns them into segment advantages.
 
 Engine: continuous batching over one growing `KVBatch`. Each tick feeds every running row its
-next input in one forward (a decode token, or a whole observation for a row whose turn just
-ended and was stepped in the env, or the prompt of a new root), then samples one token for
-every running row. No row ever waits for another row's turn (no lock-step rounds). A
+next input (a decode token, or a whole observation for a row whose turn just ended and was
+stepped in the env, or the prompt of a new root) in at most two forwards that compute only the
+fed rows (`extend(..., only_fed=True)`: one-token rows, longer rows), then samples one token
+for every running row. No row ever waits for another row's turn (no lock-step rounds). A
 continuation forks the cache of a row that holds the node's prefix (`KVBatch.fork`: the K/V
 are copied, one token is refed); finished rows stay parked as fork sources until the batch
 holds more than 2 x `batch_size` rows, then the oldest parked rows are dropped (a later fork
-from a state whose rows are all gone re-prefills the prefix).
+from a state whose rows are all gone re-prefills the prefix). Rows fed at different times leave
+holes in each other's cache columns, so the cache is repacked (`KVBatch.pack`) whenever it is
+more than twice as wide as its longest row.
 
 [our choice] Reproducibility: every path samples from its own generator, seeded from the step
 generator and the path's id (`path_generator`). A path's tokens then depend only on its own
@@ -163,6 +166,7 @@ class FocusRunner:
     # -- launching ---------------------------------------------------------------------------
 
     def _new_path(self, tree: Tree, live: _Live, origin: int, continuation: bool) -> _Path:
+        t0 = time.perf_counter()
         p = _Path(len(self.paths), tree, live, path_generator(self.base, len(self.paths)),
                   tree.ancestry(origin), origin, continuation)
         self.paths.append(p)
@@ -176,6 +180,7 @@ class FocusRunner:
             tree.nodes[origin].own_inflight += 1
         self._regain(tree, p.nodes)
         self.active.append(p)
+        self.t_book += time.perf_counter() - t0
         return p
 
     def _launch_root(self, g: int) -> None:
@@ -229,19 +234,17 @@ class FocusRunner:
             self._launch_root(self.root_queue.pop(0))
         if self.root_queue:
             return
-        t0 = time.perf_counter()
         cap = self.algo.focus_max_inflight
         while len(self.active) < self.capacity and self._budget_left():
+            t0 = time.perf_counter()
             cands = [(tree, nd) for tree in self.trees for nd in tree.nodes
                      if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < cap]
-            if not cands:
-                break
-            by_node = {id(nd): tree for tree, nd in cands}
-            pick = self.allocate([nd for _, nd in cands], self.rng)
+            pick = self.allocate([nd for _, nd in cands], self.rng) if cands else None
+            self.t_book += time.perf_counter() - t0
             if pick is None:
                 break
-            self._launch_from(by_node[id(pick)], pick)
-        self.t_book += time.perf_counter() - t0
+            tree = next(t for t, nd in cands if nd is pick)
+            self._launch_from(tree, pick)     # env restore + KV fork: engine time, not bookkeeping
 
     # -- tree bookkeeping ----------------------------------------------------------------------
 
@@ -328,7 +331,7 @@ class FocusRunner:
             chunks: list[list[int] | None] = [None] * self.kv.n
             for p in self.active:
                 chunks[p.row], p.feed = p.feed, None
-            self.kv.extend(chunks)
+            self.kv.extend(chunks, only_fed=True)
             self._values()
             running = list(self.active)
             idx = torch.tensor([p.row for p in running], dtype=torch.long)
@@ -350,6 +353,8 @@ class FocusRunner:
                     p.feed = obs
                     self._new_state(p)
             self._compact()
+            if self.kv.mask.shape[1] > 2 * int(self.kv.lengths.max()) + 64:
+                self.kv.pack()
             self._fill()
 
     # -- results -----------------------------------------------------------------------------
