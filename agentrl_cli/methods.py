@@ -77,3 +77,10 @@ _add(Recipe(
      "algo.alpha_out": 1.0, "algo.alpha_turn": 0.2},
     reference=True,  # extra compute: one teacher-forced reference pass per tool-call boundary
 ))
+_add(Recipe(
+    "focus", "tree rollouts branching where the critic is most wrong, refined-value segment TD, PPO-clip",
+    {"algo.estimator": "focus", "algo.loss": "ppo_clip", "algo.controller": "focus",
+     "algo.gamma": 1.0, "algo.focus_lam": 0.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2},
+    critic=True,
+    extra_rollouts="none beyond the budget: continuations from tree nodes replace independent episodes",
+))

@@ -141,3 +141,4 @@ def _trace(batch, algo) -> Credit:
     return Credit(adv)
 
 
+from . import focus_estimator as _focus_estimator  # noqa: E402,F401  (registers "focus")

@@ -43,6 +43,7 @@ class RolloutContext:
     budget_tokens: int            # 0 = no cap
     generator: torch.Generator
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # controller options (vine_k, DAPO knobs)
+    value_head: object = None     # critic head on the policy backbone (FOCUS node values), or None
 
 
 @dataclass
@@ -183,3 +184,4 @@ def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
 
 
 from . import vine as _vine  # noqa: E402,F401  (registers the "vine" controller)
+from . import focus as _focus  # noqa: E402,F401  (registers the "focus" controller)

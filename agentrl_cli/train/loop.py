@@ -40,6 +40,8 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 def make_spec(cfg: RunConfig):
     opts = {"min_hops": cfg.env.min_hops, "max_hops": cfg.env.max_hops,
             "max_turns": cfg.env.max_turns}
+    if cfg.env.name == "search":
+        opts.update(n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval)
     return ENVS.get(cfg.env.name)(seed=cfg.env.seed, **opts)
 
 
@@ -216,7 +218,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
                              cfg.rollout.max_tokens, cfg.rollout.batch_size,
                              cfg.rollout.budget_tokens,
                              torch.Generator().manual_seed(step_seed(cfg.seed, step)),
-                             algo=cfg.algo)
+                             algo=cfg.algo, value_head=learner.value_head)
         result = controller(ctx, sampler.for_step(step))
         eps = result.episodes
         t_roll = time.time() - t0
@@ -247,6 +249,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             "time/step": time.time() - t0,
             "tokens/s": result.tokens / max(t_roll, 1e-9),
             **stats,
+            **result.extras.get("metrics", {}),
         }
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             last_eval = run_eval(step)
