@@ -32,7 +32,7 @@ class ModelConfig:
     """Critic form when the method needs one: `head` (value head on the policy backbone) | `separate`."""
     device: str = "auto"
     """auto | cpu | cuda."""
-    tiny_warmup_steps: int = 600
+    tiny_warmup_steps: int = 1000
     """Tiny model: maximum supervised warm-up steps on imperfect expert demonstrations."""
     tiny_target_success: float = 0.15
     """Tiny model: stop the warm-up once held-out success reaches this (RL needs room above)."""
@@ -50,6 +50,12 @@ class EnvConfig:
     """search: most hops in a question (up to 4)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
+    n_entities: int = 80
+    """search: entities in the generated world (more = harder to memorise, more tasks)."""
+    n_train: int = 180
+    """search: training tasks."""
+    n_eval: int = 48
+    """search: held-out tasks (disjoint from training by start entity and relation path)."""
 
 
 @dataclass(frozen=True)
@@ -162,9 +168,9 @@ class TrainConfig:
     """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
     eval_every: int = 10
     """Evaluate on held-out tasks every N steps (0: only at the start and the end)."""
-    eval_tasks: int = 128
+    eval_tasks: int = 48
     """Held-out tasks per evaluation."""
-    eval_samples: int = 2
+    eval_samples: int = 4
     """Samples per held-out task in training-time evaluations."""
     save_every: int = 10
     """Checkpoint every N steps (0: only at the end)."""

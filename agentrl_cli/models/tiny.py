@@ -40,6 +40,9 @@ class TinyRecipe:
     min_hops: int = 2
     max_hops: int = 2
     max_turns: int = 12
+    n_entities: int = 80
+    n_train: int = 180
+    n_eval: int = 48
     vocab_size: int = 1024
     hidden_size: int = 128
     layers: int = 4
@@ -52,10 +55,10 @@ class TinyRecipe:
     obs_weight: float = 1.0
     batch_size: int = 16
     lr: float = 3e-3
-    max_steps: int = 600
-    eval_start: int = 100
-    eval_every: int = 25
-    eval_tasks: int = 96
+    max_steps: int = 1000
+    eval_start: int = 300
+    eval_every: int = 50
+    eval_tasks: int = 48
     target_success: float = 0.15
     seed: int = 0
 
@@ -96,7 +99,9 @@ def _spec(recipe: TinyRecipe):
     from ..envs import ENVS
 
     return ENVS.get(recipe.env)(seed=recipe.env_seed, min_hops=recipe.min_hops,
-                                max_hops=recipe.max_hops, max_turns=recipe.max_turns)
+                                max_hops=recipe.max_hops, max_turns=recipe.max_turns,
+                                n_entities=recipe.n_entities, n_train=recipe.n_train,
+                                n_eval=recipe.n_eval)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -166,7 +171,7 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
     texts: list[str] = []
     probe_env = spec.make()
     texts.append(probe_env.system_prompt)
-    for i, task in enumerate(train_tasks[:1500]):
+    for i, task in enumerate(train_tasks):
         env = spec.make()
         texts.append(env.reset(task))
         for _ in range(recipe.max_turns):
@@ -222,8 +227,9 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
         opt.step()
         if step >= recipe.eval_start and step % recipe.eval_every == 0:
             model.eval()
-            eps = run_episodes(engine, fmt, spec, [(t, 0) for t in eval_tasks], params,
-                               max_tokens=recipe.max_positions, batch_size=96, generator=gen)
+            eps = run_episodes(engine, fmt, spec, [(t, 0) for t in eval_tasks for _ in range(2)],
+                               params, max_tokens=recipe.max_positions, batch_size=96,
+                               generator=gen)
             success = sum(e.success for e in eps) / len(eps)
             history.append({"step": step, "loss": float(loss.detach()), "success": success})
             log(f"tiny: warm-up step {step} loss {float(loss.detach()):.3f} held-out success {success:.2f}")
