@@ -50,9 +50,12 @@ class EnvConfig:
     """search: most hops in a question (up to 4)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
-    n_entities: int = 80
+    n_entities: int = 600
     """search: entities in the generated world (more = harder to memorise, more tasks)."""
-    n_train: int = 180
+    relations: str = "single"
+    """search: `single` (one fact per document; the next hop is that fact) or `full` (several
+    facts per document; the question's relation picks one)."""
+    n_train: int = 340
     """search: training tasks."""
     n_eval: int = 48
     """search: held-out tasks (disjoint from training by start entity and relation path)."""
@@ -218,6 +221,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.critic": ("head", "separate"),
     "model.device": ("auto", "cpu", "cuda"),
+    "env.relations": ("single", "full"),
 }
 
 

@@ -56,6 +56,14 @@ RELATIONS: dict[str, tuple[tuple[str, str], ...]] = {
 # Layered on purpose: no person->person or country->city relation, so a chain rarely repeats a
 # relation and the next hop is the one fact of the opened document whose name appears in the
 # question. That keeps the env learnable by a ~1M-parameter model in minutes on a CPU.
+# "single": one outgoing relation per kind, so the next hop is the one fact a document states.
+# The question still names every relation. The tiny built-in agent uses this variant: it
+# leaves copying names and ids and choosing among search results as the skills to learn.
+RELATION_SETS: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "full": RELATIONS,
+    "single": {"person": (("employer", "company"),), "company": (("hq", "city"),),
+               "city": (("country", "country"),), "country": ()},
+}
 _KIND_SHARE = (("person", 0.40), ("company", 0.25), ("city", 0.25), ("country", 0.10))
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
@@ -118,7 +126,10 @@ class Doc:
 class SearchWorld:
     """Seeded entities, documents and a BM25 index (k1=1.2, b=0.75; the title is indexed twice)."""
 
-    def __init__(self, seed: int = 0, n_entities: int = 300):
+    def __init__(self, seed: int = 0, n_entities: int = 300, relations: str = "full"):
+        if relations not in RELATION_SETS:
+            raise ValueError(f"unknown relations '{relations}'; valid: {', '.join(RELATION_SETS)}")
+        self.relations = RELATION_SETS[relations]
         if n_entities < 20:
             raise ValueError(f"n_entities must be at least 20, got {n_entities}")
         self.seed = seed
@@ -145,7 +156,7 @@ class SearchWorld:
         self.docs: list[Doc] = []
         for i, name in enumerate(order):
             kind = self.kind_of[name]
-            fs = tuple((r, facts[name][r]) for r, _ in RELATIONS[kind])
+            fs = tuple((r, facts[name][r]) for r, _ in self.relations[kind])
             text = f"{name}. " + " ".join(f"{r}: {v}." for r, v in fs)
             self.docs.append(Doc(f"d{i}", name, kind, fs, text))
         self.doc_by_id = {d.doc_id: d for d in self.docs}
@@ -246,7 +257,7 @@ class SearchWorld:
             if len(path) == hops:
                 out.append((start, path))
                 return
-            for rel, _ in RELATIONS[self.kind_of[cur]]:
+            for rel, _ in self.relations[self.kind_of[cur]]:
                 nxt = self.doc_by_title[cur].fact(rel)
                 if nxt is not None and nxt not in seen:
                     walk(start, nxt, path + (rel,), seen | {nxt})
@@ -266,14 +277,14 @@ class SearchWorld:
 
 
 @functools.lru_cache(maxsize=16)
-def _world(seed: int, n_entities: int) -> SearchWorld:
-    return SearchWorld(seed, n_entities)
+def _world(seed: int, n_entities: int, relations: str = "full") -> SearchWorld:
+    return SearchWorld(seed, n_entities, relations)
 
 
 @functools.lru_cache(maxsize=16)
 def _tasks(seed: int, n_entities: int, min_hops: int, max_hops: int,
-           n_train: int, n_eval: int) -> dict[str, tuple[Task, ...]]:
-    world = _world(seed, n_entities)
+           n_train: int, n_eval: int, relations: str = "full") -> dict[str, tuple[Task, ...]]:
+    world = _world(seed, n_entities, relations)
     rng = random.Random(f"search-tasks-{seed}-{n_entities}-{min_hops}-{max_hops}")
     pools: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
     for h in range(min_hops, max_hops + 1):
@@ -435,7 +446,8 @@ class SearchSpec:
     name = "search"
 
     def __init__(self, seed: int = 0, n_entities: int = 300, min_hops: int = 2,
-                 max_hops: int = 3, n_train: int = 600, n_eval: int = 200, max_turns: int = 12):
+                 max_hops: int = 3, n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
+                 relations: str = "full"):
         if not 1 <= min_hops <= max_hops:
             raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
         if max_hops > 5:
@@ -445,7 +457,8 @@ class SearchSpec:
         self.seed, self.n_entities = int(seed), int(n_entities)
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
-        self.world = _world(self.seed, self.n_entities)
+        self.relations = relations
+        self.world = _world(self.seed, self.n_entities, relations)
 
     def make(self) -> SearchEnv:
         return SearchEnv(self.world, self.max_turns)
@@ -454,7 +467,7 @@ class SearchSpec:
         if split not in ("train", "eval"):
             raise ValueError(f"unknown split '{split}'; valid: train, eval")
         all_tasks = _tasks(self.seed, self.n_entities, self.min_hops, self.max_hops,
-                           self.n_train, self.n_eval)[split]
+                           self.n_train, self.n_eval, self.relations)[split]
         return list(all_tasks if n is None else all_tasks[:n])
 
     def expert(self, env: SearchEnv, rng: random.Random, error_rate: float = 0.0) -> str:
@@ -466,7 +479,8 @@ class SearchSpec:
 
 
 def make_search_spec(seed: int = 0, **options: Any) -> SearchSpec:
-    """Registry factory. Options: n_entities, min_hops, max_hops, n_train, n_eval, max_turns."""
+    """Registry factory. Options: n_entities, min_hops, max_hops, n_train, n_eval, max_turns,
+    relations ("full" | "single")."""
     return SearchSpec(seed, **options)
 
 

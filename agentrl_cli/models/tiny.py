@@ -40,8 +40,9 @@ class TinyRecipe:
     min_hops: int = 2
     max_hops: int = 2
     max_turns: int = 12
-    n_entities: int = 80
-    n_train: int = 180
+    n_entities: int = 600
+    relations: str = "single"
+    n_train: int = 340
     n_eval: int = 48
     vocab_size: int = 1024
     hidden_size: int = 128
@@ -101,7 +102,7 @@ def _spec(recipe: TinyRecipe):
     return ENVS.get(recipe.env)(seed=recipe.env_seed, min_hops=recipe.min_hops,
                                 max_hops=recipe.max_hops, max_turns=recipe.max_turns,
                                 n_entities=recipe.n_entities, n_train=recipe.n_train,
-                                n_eval=recipe.n_eval)
+                                n_eval=recipe.n_eval, relations=recipe.relations)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):

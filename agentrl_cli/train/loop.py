@@ -41,7 +41,8 @@ def make_spec(cfg: RunConfig):
     opts = {"min_hops": cfg.env.min_hops, "max_hops": cfg.env.max_hops,
             "max_turns": cfg.env.max_turns}
     if cfg.env.name == "search":
-        opts.update(n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval)
+        opts.update(n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval,
+                    relations=cfg.env.relations)
     return ENVS.get(cfg.env.name)(seed=cfg.env.seed, **opts)
 
 
