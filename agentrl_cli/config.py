@@ -50,12 +50,12 @@ class EnvConfig:
     """search: most hops in a question (up to 4)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
-    n_entities: int = 600
+    n_entities: int = 80
     """search: entities in the generated world (more = harder to memorise, more tasks)."""
-    relations: str = "single"
+    relations: str = "full"
     """search: `single` (one fact per document; the next hop is that fact) or `full` (several
     facts per document; the question's relation picks one)."""
-    n_train: int = 340
+    n_train: int = 180
     """search: training tasks."""
     n_eval: int = 48
     """search: held-out tasks (disjoint from training by start entity and relation path)."""

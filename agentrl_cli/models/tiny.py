@@ -40,9 +40,9 @@ class TinyRecipe:
     min_hops: int = 2
     max_hops: int = 2
     max_turns: int = 12
-    n_entities: int = 600
-    relations: str = "single"
-    n_train: int = 340
+    n_entities: int = 80
+    relations: str = "full"
+    n_train: int = 180
     n_eval: int = 48
     vocab_size: int = 1024
     hidden_size: int = 128
