@@ -21,6 +21,18 @@ MICRO = [
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """The micro model's matmuls are tiny: one intra-op thread is as fast as two and immune to
+    OpenMP oversubscription stalls on a busy 2-core machine (measured 9 s vs 96 s)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
     os.environ["AGENTRL_CACHE"] = str(tmp_path_factory.mktemp("agentrl-cache"))
     yield

@@ -21,13 +21,6 @@ from agentrl_cli.train.batch import collate, forward
 from conftest import MICRO
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: one thread is as fast, and immune to OpenMP stalls on a busy shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _algo(**kw):

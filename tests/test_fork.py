@@ -7,13 +7,6 @@ import torch
 from agentrl_cli.engines.hf import KVBatch, SamplingParams, sample_rows
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: one thread is as fast, and immune to OpenMP stalls on a busy shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _scratch_logits(model, prefix: list[int]) -> torch.Tensor:

@@ -25,14 +25,6 @@ from agentrl_cli.train.prepare import PREPARERS
 from agentrl_cli.train.update import POLICY_LOSSES
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The micro model is tiny: one intra-op thread is several times faster than two on a
-    shared CPU (no oversubscription). Restored after the module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 # ----------------------------------------------------------------------------- hand-built batches
 

@@ -16,14 +16,6 @@ from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.train.batch import collate
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The micro model is tiny: one intra-op thread is several times faster than two on a
-    shared CPU (no oversubscription). Restored after the module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class _SpyEnv(SearchEnv):

@@ -39,7 +39,8 @@ def eval_cmd(
         model = str(find(checkpoint))
     cfg = load_config(config, set_, env=env, model=model, engine=engine, seed=seed)
     res = run_eval(cfg, n=n, k_max=pass_k, n_tasks=tasks, greedy=greedy)
-    Console().print(eval_table(res, f"{cfg.model.name} on {cfg.env.name} (held-out)"))
+    name = Path(cfg.model.name).name if cfg.model.name != "tiny" else "tiny"
+    Console().print(eval_table(res, f"{name} on {cfg.env.name} (held-out)"))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = json_path.with_suffix(".tmp")
