@@ -32,7 +32,7 @@ class ModelConfig:
     """Critic form when the method needs one: `head` (value head on the policy backbone) | `separate`."""
     device: str = "auto"
     """auto | cpu | cuda."""
-    tiny_warmup_steps: int = 1000
+    tiny_warmup_steps: int = 1300
     """Tiny model: maximum supervised warm-up steps on imperfect expert demonstrations."""
     tiny_target_success: float = 0.15
     """Tiny model: stop the warm-up once held-out success reaches this (RL needs room above)."""
@@ -46,18 +46,18 @@ class EnvConfig:
     """Seed of the env's world and its train/eval splits (independent of the run seed)."""
     min_hops: int = 2
     """search: fewest hops in a question."""
-    max_hops: int = 2
+    max_hops: int = 3
     """search: most hops in a question (up to 4)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
-    n_entities: int = 80
+    n_entities: int = 100
     """search: entities in the generated world (more = harder to memorise, more tasks)."""
     relations: str = "full"
     """search: `single` (one fact per document; the next hop is that fact) or `full` (several
     facts per document; the question's relation picks one)."""
-    n_train: int = 180
+    n_train: int = 595
     """search: training tasks."""
-    n_eval: int = 48
+    n_eval: int = 60
     """search: held-out tasks (disjoint from training by start entity and relation path)."""
 
 
@@ -171,7 +171,7 @@ class TrainConfig:
     """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
     eval_every: int = 10
     """Evaluate on held-out tasks every N steps (0: only at the start and the end)."""
-    eval_tasks: int = 48
+    eval_tasks: int = 60
     """Held-out tasks per evaluation."""
     eval_samples: int = 4
     """Samples per held-out task in training-time evaluations."""

@@ -38,12 +38,12 @@ class TinyRecipe:
     env: str = "search"
     env_seed: int = 0
     min_hops: int = 2
-    max_hops: int = 2
+    max_hops: int = 3
     max_turns: int = 12
-    n_entities: int = 80
+    n_entities: int = 100
     relations: str = "full"
-    n_train: int = 180
-    n_eval: int = 48
+    n_train: int = 595
+    n_eval: int = 60
     vocab_size: int = 1024
     hidden_size: int = 128
     layers: int = 4
@@ -56,7 +56,7 @@ class TinyRecipe:
     obs_weight: float = 1.0
     batch_size: int = 16
     lr: float = 3e-3
-    max_steps: int = 1000
+    max_steps: int = 1300
     eval_start: int = 300
     eval_every: int = 50
     eval_tasks: int = 48
