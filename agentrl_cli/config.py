@@ -53,8 +53,7 @@ class EnvConfig:
     n_entities: int = 100
     """search: entities in the generated world (more = harder to memorise, more tasks)."""
     relations: str = "full"
-    """search: `single` (one fact per document; the next hop is that fact) or `full` (several
-    facts per document; the question's relation picks one)."""
+    """search: `full` (several facts per document; the question's relation picks one) or `single`."""
     n_train: int = 595
     """search: training tasks."""
     n_eval: int = 60
