@@ -37,8 +37,17 @@ def model_path(cfg: RunConfig, log: Callable[[str], None] = print) -> str:
     return cfg.model.name
 
 
+def quiet_transformers() -> None:
+    """No per-shard progress bars from transformers: our own display reports progress."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_model(path: str, cfg: RunConfig):
     from transformers import AutoModelForCausalLM
+
+    quiet_transformers()
 
     try:
         model = AutoModelForCausalLM.from_pretrained(

@@ -6,7 +6,8 @@ Hugging Face folder (so `--model tiny` and `--model /path` load through the same
 cached under `$AGENTRL_CACHE` (default `~/.cache/agentrl`) keyed by a hash of the recipe.
 
 The warm-up stops as soon as the held-out success (sampled, temperature 1) reaches
-`target_success`, so the base agent is competent but far from perfect: RL needs room. The
+`target_success`, so the base agent is competent but far from perfect: RL needs room. If it
+never does within `max_steps`, the best checked warm-up state is kept. The
 demonstrator opens a distractor document with probability `error_rate` and follows it, so even
 perfect imitation succeeds only about (1 - error_rate)^hops of the time.
 """
@@ -25,7 +26,7 @@ from typing import Callable
 
 import torch
 
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -205,6 +206,7 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
     gen = torch.Generator().manual_seed(recipe.seed)
     history = []
     success = 0.0
+    best: tuple[float, int, dict | None] = (-1.0, 0, None)  # (success, step, weights)
     step = 0
     for step in range(1, recipe.max_steps + 1):
         lr = recipe.lr * min(1.0, step / 20)
@@ -234,9 +236,19 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
             success = sum(e.success for e in eps) / len(eps)
             history.append({"step": step, "loss": float(loss.detach()), "success": success})
             log(f"tiny: warm-up step {step} loss {float(loss.detach()):.3f} held-out success {success:.2f}")
+            if success > best[0]:
+                best = (success, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
             if success >= recipe.target_success:
                 break
+    if success < recipe.target_success and best[2] is not None:
+        # never reached the target: keep the best warm-up checkpoint, not the last one
+        # (held-out success fluctuates by several points between checks)
+        model.load_state_dict(best[2])
+        success, step = best[0], best[1]
     model.eval()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     info = {"recipe": asdict(recipe), "key": recipe.key(), "params": n_params,
