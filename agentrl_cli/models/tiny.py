@@ -7,7 +7,8 @@ cached under `$AGENTRL_CACHE` (default `~/.cache/agentrl`) keyed by a hash of th
 
 The warm-up stops as soon as the held-out success (sampled, temperature 1) reaches
 `target_success`, so the base agent is competent but far from perfect: RL needs room. If it
-never does within `max_steps`, the best checked warm-up state is kept. The
+never does within `max_steps`, the last state is kept (keeping the best noisy check was tried
+and picked a worse model). The
 demonstrator opens a distractor document with probability `error_rate` and follows it, so even
 perfect imitation succeeds only about (1 - error_rate)^hops of the time.
 """
@@ -26,7 +27,7 @@ from typing import Callable
 
 import torch
 
-RECIPE_VERSION = 6
+RECIPE_VERSION = 5
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -206,7 +207,6 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
     gen = torch.Generator().manual_seed(recipe.seed)
     history = []
     success = 0.0
-    best: tuple[float, int, dict | None] = (-1.0, 0, None)  # (success, step, weights)
     step = 0
     for step in range(1, recipe.max_steps + 1):
         lr = recipe.lr * min(1.0, step / 20)
@@ -236,15 +236,8 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
             success = sum(e.success for e in eps) / len(eps)
             history.append({"step": step, "loss": float(loss.detach()), "success": success})
             log(f"tiny: warm-up step {step} loss {float(loss.detach()):.3f} held-out success {success:.2f}")
-            if success > best[0]:
-                best = (success, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
             if success >= recipe.target_success:
                 break
-    if success < recipe.target_success and best[2] is not None:
-        # never reached the target: keep the best warm-up checkpoint, not the last one
-        # (held-out success fluctuates by several points between checks)
-        model.load_state_dict(best[2])
-        success, step = best[0], best[1]
     model.eval()
     from transformers.utils import logging as hf_logging
 
