@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from agentrl_cli.envs import ENVS, StepResult, Task, TextEnv
+from agentrl_cli.envs import ENVS, StepResult, TextEnv
 from agentrl_cli.envs import search as S
 
 

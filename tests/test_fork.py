@@ -1,7 +1,6 @@
 """KVBatch forking: a forked row decodes exactly like a from-scratch run on the same prefix."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from agentrl_cli.engines.hf import KVBatch, SamplingParams, sample_rows

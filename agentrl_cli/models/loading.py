@@ -1,7 +1,6 @@
 """Load the policy (and, through the trainer, its critic and reference) from config."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import torch

@@ -8,7 +8,7 @@ observations), so a policy emitting garbage never crashes a rollout.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch

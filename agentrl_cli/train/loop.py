@@ -172,7 +172,6 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     model, tok, fmt, model_path = load_policy(cfg, log)
-    recipe = METHODS.get(cfg.method)
     spec = make_spec(cfg)
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     controller = CONTROLLERS.get(cfg.algo.controller)
