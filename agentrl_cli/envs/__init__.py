@@ -1,5 +1,6 @@
 """Environments. Importing this package registers the built-ins."""
 from .base import ENVS, EnvSpec, StepResult, Task, TextEnv
 from . import search  # noqa: F401  (registers "search")
+from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
 
 __all__ = ["ENVS", "EnvSpec", "StepResult", "Task", "TextEnv"]
