@@ -27,7 +27,9 @@ class ModelConfig:
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     attention: str = "sdpa"
-    """Attention implementation passed to transformers (eager | sdpa | sink_sdpa | sink_flex)."""
+    """Attention passed to transformers: eager | sdpa | flex_attention | flash_attention_2 | sink_sdpa (sink-aware, CPU-trainable) | sink_flex (sink-aware FlexAttention, CUDA)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward (less memory, about 1/3 more compute)."""
     critic: str = "head"
     """Critic form when the method needs one: `head` (value head on the policy backbone) | `separate`."""
     device: str = "auto"
@@ -168,6 +170,8 @@ class TrainConfig:
     """Optimiser steps per pass."""
     max_tokens_per_microbatch: int = 16384
     """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
+    logprob_chunk: int = 512
+    """Tokens per log-prob chunk: logits exist for one chunk at a time and are recomputed in backward (0: whole sequence at once)."""
     eval_every: int = 10
     """Evaluate on held-out tasks every N steps (0: only at the start and the end)."""
     eval_tasks: int = 60
@@ -213,6 +217,7 @@ _NON_NEGATIVE = {
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
+    "train.logprob_chunk",
 }
 _UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {
@@ -220,6 +225,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.critic": ("head", "separate"),
     "model.device": ("auto", "cpu", "cuda"),
+    "model.attention": ("eager", "sdpa", "flex_attention", "flash_attention_2", "sink_sdpa", "sink_flex"),
     "env.relations": ("single", "full"),
 }
 
@@ -245,6 +251,9 @@ def _validate(cfg: RunConfig) -> None:
                           f"rollout.max_tokens ({cfg.rollout.max_tokens})")
     if "{answer}" not in cfg.algo.trace_answer:
         raise ConfigError(f"algo.trace_answer must contain '{{answer}}', got '{cfg.algo.trace_answer}'")
+    if cfg.model.attention == "sink_flex" and cfg.model.device == "cpu":
+        raise ConfigError("model.attention=sink_flex needs CUDA (FlexAttention has no CPU backward); "
+                          "use sink_sdpa on CPU")
     if cfg.env.max_hops < cfg.env.min_hops:
         raise ConfigError(f"env.max_hops ({cfg.env.max_hops}) < env.min_hops ({cfg.env.min_hops})")
     for key in ("rollout.temperature",):

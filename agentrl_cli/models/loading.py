@@ -43,25 +43,40 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+def apply_memory_options(model, cfg: RunConfig):
+    """Activation checkpointing of the decoder layers when `model.gradient_checkpointing` is on
+    (active only in train mode; the trainer's scoring passes run in eval mode without it)."""
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
 def load_model(path: str, cfg: RunConfig):
     from transformers import AutoModelForCausalLM
+
+    from .attention import hf_attention_name  # importing registers the sink-aware attentions
 
     quiet_transformers()
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=DTYPES[cfg.model.dtype], attn_implementation=cfg.model.attention)
+            path, dtype=DTYPES[cfg.model.dtype],
+            attn_implementation=hf_attention_name(cfg.model.attention))
     except OSError as e:
         raise ConfigError(f"cannot load model '{path}': {str(e).splitlines()[0]}") from None
-    return model
+    return apply_memory_options(model, cfg)
 
 
 def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
     """-> (model, tokenizer, ChatFormat, path) on the configured device, in eval mode."""
     from transformers import AutoTokenizer
 
+    device = resolve_device(cfg.model.device)
+    if cfg.model.attention == "sink_flex" and device.type != "cuda":
+        raise ConfigError("model.attention=sink_flex needs CUDA (FlexAttention has no CPU "
+                          "backward); use sink_sdpa on CPU")
     path = model_path(cfg, log)
     tok = AutoTokenizer.from_pretrained(path)
-    model = load_model(path, cfg).to(resolve_device(cfg.model.device))
+    model = load_model(path, cfg).to(device)
     model.eval()
     return model, tok, ChatFormat.from_tokenizer(tok), path
