@@ -1,6 +1,7 @@
 """Environments. Importing this package registers the built-ins."""
 from .base import ENVS, EnvSpec, StepResult, Task, TextEnv
 from . import search  # noqa: F401  (registers "search")
+from . import locate  # noqa: F401  (registers "locate")
 from . import mathword  # noqa: F401  (registers "math")
 from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
 

@@ -1,0 +1,415 @@
+"""The built-in "locate" env: LocBench in miniature (issue -> files to edit).
+
+Every task has its own seeded repository of Python-like files, `pkg/mod/file.py`, each holding
+two or three one-line functions. A function either calls one other function
+(`return check_token(x)`) or raises an error (`raise ValueError("expired token")`); every error
+message is raised in several places. The issue names a function and the error it ends in:
+`Issue: load_user fails with "expired token".` The file to fix is the one that raises it at the
+end of the named function's call chain, `hops` functions long (hops=1: the named function raises
+it). Grepping the message alone finds every place that raises it; following the calls is exact.
+
+Tools (the whole assistant message is exactly one call, see `calls.py`); paths are relative to
+the repository root, and absolute paths or `..` are refused with an error observation:
+  ls(PATH)          -> the entries of a folder on one line (`auth/ db/`; `ls(.)` is the root)
+  grep(TEXT)        -> up to 5 lines containing TEXT (case-insensitive literal), `path: line`
+  open(PATH)        -> the file's text
+  answer(F1, F2...) -> ends the episode with files ranked best first. info carries Acc@1 (the
+                       first file is the gold one) and Acc@5 (it is among the first five);
+                       reward = success = Acc@1.
+
+Everything is deterministic from the seed (`random.Random`, never the global RNG).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .base import ENVS, StepResult, Task
+from .calls import parse_call
+
+__all__ = [
+    "Repo",
+    "LocateEnv",
+    "LocateSpec",
+    "MALFORMED",
+    "OUTSIDE",
+    "SYSTEM_PROMPT",
+    "make_locate_spec",
+    "make_repo",
+    "resolve_path",
+]
+
+SYSTEM_PROMPT = ("Find the file to fix. One call per message: ls(path), grep(text), open(path), "
+                 "answer(files, best first).")
+MALFORMED = "error: use ls(path), grep(text), open(path) or answer(files)"
+OUTSIDE = "error: path outside the repository"
+TOOLS = ("ls", "grep", "open", "answer")
+GREP_HITS = 5
+MAX_HOPS = 5
+MIN_FILES, MAX_FILES = 8, 200
+
+_PKGS = ("core", "auth", "db", "net", "api", "cache", "jobs", "mail", "ui", "io")
+_MODS = ("base", "sync", "store", "query", "view", "model", "task", "http", "conf", "rpc",
+         "util", "log")
+_FILES = ("reader", "writer", "parser", "client", "server", "handler", "loader", "router",
+          "schema", "session", "tokens", "worker", "queue", "index", "table", "form", "cursor",
+          "pool", "codec", "filter")
+_VERBS = ("load", "save", "parse", "read", "write", "send", "fetch", "check", "build", "sync",
+          "merge", "split", "scan", "track", "find", "push", "pull", "clean", "format", "apply",
+          "reset", "start", "encode", "decode", "render", "update", "close", "flush")
+_NOUNS = ("user", "token", "row", "page", "file", "config", "header", "order", "item", "cart",
+          "mail", "event", "job", "key", "cache", "image", "report", "entry", "field", "path",
+          "batch", "record", "query", "session", "price", "table", "node", "link", "date", "rule")
+_ADJS = ("bad", "missing", "invalid", "empty", "stale", "broken", "unknown", "duplicate",
+         "expired", "corrupt", "locked", "null")
+_OBJS = ("header", "token", "key", "field", "value", "id", "page", "entry", "range", "format",
+         "checksum", "state")
+_LEAF_SHARE = 0.35          # functions that raise; the rest are spread over depths 2..MAX_HOPS
+_PER_MESSAGE = 3            # about how many functions raise each message
+
+
+# ------------------------------------------------------------------------------ repository
+@dataclass(frozen=True)
+class Repo:
+    files: dict[str, str]                # path -> text
+    dirs: dict[str, tuple[str, ...]]     # folder ("" is the root) -> entries, folders end in "/"
+    defined_in: dict[str, str]           # function -> path
+    callee: dict[str, str | None]        # function -> the function it calls (None: it raises)
+    message: dict[str, str]              # raising function -> its error message
+    depth: dict[str, int]                # 1 for a raising function, 1 + callee's otherwise
+
+    def chain(self, fn: str) -> list[str]:
+        out = [fn]
+        while self.callee[out[-1]] is not None:
+            out.append(self.callee[out[-1]])
+        return out
+
+    def grep(self, text: str) -> list[str]:
+        """Every `path: line` whose line contains `text` (case-insensitive), in path order."""
+        needle = text.lower()
+        return [f"{p}: {line.strip()}" for p in sorted(self.files)
+                for line in self.files[p].split("\n") if needle in line.lower()]
+
+
+def make_repo(key: str, n_files: int) -> Repo:
+    """The repository named `key` (any string: it seeds the generator) with `n_files` files."""
+    if not MIN_FILES <= n_files <= MAX_FILES:
+        raise ValueError(f"n_files must be in {MIN_FILES}..{MAX_FILES}, got {n_files}")
+    rng = random.Random(f"locate-repo-{key}-{n_files}")
+    n_dirs = max(2, round(n_files / 4))
+    n_pkgs = min(len(_PKGS), max(2, round(math.sqrt(n_dirs))))
+    n_mods = min(len(_MODS), math.ceil(n_dirs / n_pkgs))
+    folders = [f"{p}/{m}" for p in rng.sample(_PKGS, n_pkgs) for m in rng.sample(_MODS, n_mods)]
+    names: dict[str, list[str]] = {f: [] for f in folders}
+    pool = {f: list(rng.sample(_FILES, len(_FILES))) for f in folders}
+    for i in range(n_files):
+        f = folders[i % len(folders)]
+        names[f].append(pool[f].pop())
+    paths = [f"{f}/{n}.py" for f in folders for n in names[f]]
+
+    fn_names = [f"{v}_{n}" for v in _VERBS for n in _NOUNS]
+    per_file = [rng.randint(2, 3) for _ in paths]
+    fns = rng.sample(fn_names, sum(per_file))
+    defined_in: dict[str, str] = {}
+    it = iter(fns)
+    for p, k in zip(paths, per_file):
+        for _ in range(k):
+            defined_in[next(it)] = p
+    # depths: leaves first, the rest spread evenly over 2..MAX_HOPS (every depth non-empty)
+    order = list(fns)
+    rng.shuffle(order)
+    n_leaves = max(2, round(len(order) * _LEAF_SHARE))
+    depth = {fn: 1 for fn in order[:n_leaves]}
+    for i, fn in enumerate(order[n_leaves:]):
+        depth[fn] = 2 + i % (MAX_HOPS - 1)
+    by_depth: dict[int, list[str]] = {}
+    for fn in order:
+        by_depth.setdefault(depth[fn], []).append(fn)
+    callee: dict[str, str | None] = {}
+    for fn in order:
+        d = depth[fn]
+        callee[fn] = None if d == 1 else rng.choice(by_depth[d - 1])
+    leaves = by_depth[1]
+    n_msgs = max(2, len(leaves) // _PER_MESSAGE)
+    msgs = rng.sample([f"{a} {o}" for a in _ADJS for o in _OBJS], n_msgs)
+    message = {fn: msgs[i % n_msgs] for i, fn in enumerate(leaves)}
+
+    files: dict[str, str] = {}
+    for p in paths:
+        lines = []
+        for fn in fns:
+            if defined_in[fn] != p:
+                continue
+            lines.append(f"def {fn}(x):")
+            lines.append(f"    return {callee[fn]}(x)" if callee[fn] is not None
+                         else f'    raise ValueError("{message[fn]}")')
+        files[p] = "\n".join(lines)
+    dirs: dict[str, set[str]] = {"": set()}
+    for p in paths:
+        parts = p.split("/")
+        for i in range(len(parts) - 1):
+            parent = "/".join(parts[:i])
+            dirs.setdefault(parent, set()).add(parts[i] + "/")
+            dirs.setdefault("/".join(parts[:i + 1]), set())
+        dirs["/".join(parts[:-1])].add(parts[-1])
+    return Repo(files=files, dirs={d: tuple(sorted(e)) for d, e in dirs.items()},
+                defined_in=defined_in, callee=callee, message=message,
+                depth={fn: _depth(fn, callee) for fn in fns})
+
+
+def _depth(fn: str, callee: dict[str, str | None]) -> int:
+    d = 1
+    while callee[fn] is not None:
+        fn, d = callee[fn], d + 1
+    return d
+
+
+@functools.lru_cache(maxsize=512)
+def _repo(key: str, n_files: int) -> Repo:
+    return make_repo(key, n_files)
+
+
+def resolve_path(path: str) -> str | None:
+    """The repository-relative form of `path` ("" for the root), or None when it is absolute,
+    has a `..` component, or is otherwise outside the repository."""
+    p = path.strip()
+    if p.startswith(("/", "~")) or "\\" in p or re.match(r"^[A-Za-z]:", p):
+        return None
+    parts = [x for x in p.split("/") if x not in ("", ".")]
+    if ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+# ------------------------------------------------------------------------------ tasks
+@functools.lru_cache(maxsize=16)
+def _tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train: int,
+           n_eval: int) -> dict[str, tuple[Task, ...]]:
+    out: dict[str, tuple[Task, ...]] = {}
+    for split, n in (("train", n_train), ("eval", n_eval)):   # different repositories
+        tasks = []
+        for i in range(n):
+            key = f"{seed}-{split}-{i}"
+            repo = _repo(key, n_files)
+            rng = random.Random(f"locate-task-{key}-{n_files}-{min_hops}-{max_hops}")
+            hops = rng.randint(min_hops, max_hops)
+            entry = rng.choice(sorted(fn for fn, d in repo.depth.items() if d == hops))
+            chain = repo.chain(entry)
+            msg = repo.message[chain[-1]]
+            gold = repo.defined_in[chain[-1]]
+            meta = {"hops": hops, "repo": key, "n_files": n_files, "chain": chain,
+                    "chain_files": [repo.defined_in[fn] for fn in chain], "message": msg,
+                    "raised_in": sorted({repo.defined_in[fn] for fn, m in repo.message.items()
+                                         if m == msg})}
+            tasks.append(Task(task_id=f"locate-{split}-{i:05d}",
+                              prompt=f'Issue: {entry} fails with "{msg}".',
+                              answer=gold, meta=meta))
+        out[split] = tuple(tasks)
+    return out
+
+
+# ------------------------------------------------------------------------------ env
+def _ranked(arg: str) -> list[str | None]:
+    """Files of an answer, best first, duplicates dropped (refused paths stay as None)."""
+    out: list[str | None] = []
+    for part in re.split(r"[,\s]+", arg.strip()):
+        if part:
+            p = resolve_path(part.strip("\"'"))
+            if p is None or p not in out:
+                out.append(p)
+    return out
+
+
+class LocateEnv:
+    """One episode at a time over its task's repository. Implements the TextEnv protocol."""
+
+    system_prompt = SYSTEM_PROMPT
+
+    def __init__(self, max_turns: int = 12):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.task: Task | None = None
+        self.repo: Repo | None = None
+        self.history: list[dict] = []   # {"action","tool","arg","path","observation","error"}
+        self.steps = 0
+        self.terminated = False
+        self.truncated = False
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def reset(self, task: Task) -> str:
+        self.task = task
+        self.repo = _repo(task.meta["repo"], task.meta["n_files"])
+        self.history = []
+        self.steps = 0
+        self.terminated = False
+        self.truncated = False
+        return task.prompt
+
+    def _ls(self, path: str | None, arg: str) -> tuple[str, bool]:
+        if path is None:
+            return OUTSIDE, True
+        if path in self.repo.dirs:
+            return " ".join(self.repo.dirs[path]) or "(empty)", False
+        if path in self.repo.files:
+            return path, False
+        return f"error: no such path {arg}", True
+
+    def _open(self, path: str | None, arg: str) -> tuple[str, bool]:
+        if path is None:
+            return OUTSIDE, True
+        if path in self.repo.files:
+            return self.repo.files[path], False
+        if path in self.repo.dirs:
+            return f"error: {arg} is a folder", True
+        return f"error: no file {arg}", True
+
+    def _grep(self, arg: str) -> tuple[str, bool]:
+        if not arg:
+            return "error: empty pattern", True
+        hits = self.repo.grep(arg)
+        if not hits:
+            return "no matches", False
+        extra = len(hits) - GREP_HITS
+        return "\n".join(hits[:GREP_HITS] + ([f"({extra} more)"] if extra > 0 else [])), False
+
+    def step(self, action: str) -> StepResult:
+        if self.task is None or self.done:
+            why = "call reset() first" if self.task is None else "the episode is over"
+            return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
+                              {"tool": None, "error": True, "success": False})
+        self.steps += 1
+        parsed = parse_call(action, TOOLS)
+        tool, arg = parsed if parsed is not None else (None, "")
+        reward, terminated, error, path = 0.0, False, False, None
+        info: dict[str, Any] = {"tool": tool}
+        if tool is None:
+            obs, error = MALFORMED, True
+        elif tool == "ls":
+            path = resolve_path(arg)
+            obs, error = self._ls(path, arg)
+        elif tool == "open":
+            path = resolve_path(arg)
+            obs, error = self._open(path, arg)
+        elif tool == "grep":
+            obs, error = self._grep(arg)
+        else:  # answer
+            ranked = _ranked(arg)
+            gold = self.task.answer
+            acc1 = float(bool(ranked) and ranked[0] == gold)
+            acc5 = float(gold in ranked[:5])
+            obs, reward, terminated = "", acc1, True
+            info.update({"success": acc1 == 1.0, "acc@1": acc1, "acc@5": acc5})
+        truncated = not terminated and self.steps >= self.max_turns
+        if truncated:
+            info.update({"success": False, "acc@1": 0.0, "acc@5": 0.0})
+        info["error"] = error
+        info["steps"] = self.steps
+        self.terminated, self.truncated = terminated, truncated
+        self.history.append({"action": action, "tool": tool, "arg": arg, "path": path,
+                             "observation": obs, "error": error})
+        return StepResult(obs, reward, terminated, truncated, info)
+
+    def snapshot(self) -> Any:
+        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
+                              "terminated": self.terminated, "truncated": self.truncated,
+                              "max_turns": self.max_turns})
+
+    def restore(self, state: Any) -> None:
+        s = copy.deepcopy(state)
+        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
+        self.terminated, self.truncated = s["terminated"], s["truncated"]
+        self.max_turns = s["max_turns"]
+        self.repo = None if self.task is None else _repo(self.task.meta["repo"],
+                                                         self.task.meta["n_files"])
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def _expert_action(env: LocateEnv, rng: random.Random, error_rate: float) -> str:
+    """Replay the history to find how far along the call chain the expert is, then act."""
+    task = env.task
+    if task is None:
+        return "ls(.)"
+    chain, files, msg = task.meta["chain"], task.meta["chain_files"], task.meta["message"]
+    k = 0                              # chain functions whose body has been read
+    for h in env.history:
+        if h["tool"] == "open" and not h["error"]:
+            while k < len(chain) and files[k] == h["path"]:
+                k += 1
+    if k >= len(chain):
+        return f"answer({task.answer})"
+    last = env.history[-1] if env.history else None
+    if last is not None and last["tool"] == "grep" and not last["error"]:
+        if _same(last["arg"], f"def {chain[k]}"):
+            return f"open({files[k]})"
+        if error_rate > 0 and _same(last["arg"], msg) and last["observation"] != "no matches":
+            hits = [line.split(": ", 1)[0] for line in last["observation"].split("\n")
+                    if ": " in line]
+            ranked = list(dict.fromkeys(hits))
+            rng.shuffle(ranked)
+            return f"answer({', '.join(ranked[:5])})"
+    if error_rate > 0 and rng.random() < error_rate:
+        return f"grep({msg})"
+    return f"grep(def {chain[k]})"
+
+
+class LocateSpec:
+    """The "locate" env spec: deterministic train/eval tasks (one repository each) and the expert."""
+
+    name = "locate"
+
+    def __init__(self, seed: int = 0, n_files: int = 48, min_hops: int = 2, max_hops: int = 3,
+                 n_train: int = 600, n_eval: int = 200, max_turns: int = 12):
+        if not 1 <= min_hops <= max_hops:
+            raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
+        if max_hops > MAX_HOPS:
+            raise ValueError(f"max_hops must be at most {MAX_HOPS}, got {max_hops}")
+        if not MIN_FILES <= n_files <= MAX_FILES:
+            raise ValueError(f"n_files must be in {MIN_FILES}..{MAX_FILES}, got {n_files}")
+        if n_train < 0 or n_eval < 0:
+            raise ValueError("n_train and n_eval must be non-negative")
+        self.seed, self.n_files = int(seed), int(n_files)
+        self.min_hops, self.max_hops = int(min_hops), int(max_hops)
+        self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
+
+    def make(self) -> LocateEnv:
+        return LocateEnv(self.max_turns)
+
+    def tasks(self, split: str, n: int | None = None) -> list[Task]:
+        if split not in ("train", "eval"):
+            raise ValueError(f"unknown split '{split}'; valid: train, eval")
+        all_tasks = _tasks(self.seed, self.n_files, self.min_hops, self.max_hops,
+                           self.n_train, self.n_eval)[split]
+        return list(all_tasks if n is None else all_tasks[:n])
+
+    def expert(self, env: LocateEnv, rng: random.Random, error_rate: float = 0.0) -> str:
+        """Per function of the call chain: `grep(def <function>)`, then `open(<its file>)` to read
+        which function it calls (or the error it raises); finally `answer(<file>)`. With
+        `error_rate` e, before each grep the expert takes a shortcut with probability e: it
+        greps the error message and answers every file that raises it, in random order (Acc@5
+        is then 1, Acc@1 about 1/3)."""
+        return _expert_action(env, rng, error_rate)
+
+
+def make_locate_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
+                     **options: Any) -> LocateSpec:
+    """Registry factory. Options: n_files (files per repository, 8-200; `n_entities`, the
+    generic env-config size, is used when n_files is not given), min_hops, max_hops (functions
+    on the call chain, 1-5), n_train, n_eval, max_turns. `relations` (search only) is ignored."""
+    if n_entities is not None:
+        options.setdefault("n_files", n_entities)
+    return LocateSpec(seed, **options)
+
+
+ENVS.register("locate", make_locate_spec)
