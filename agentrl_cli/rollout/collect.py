@@ -20,17 +20,33 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
     tasks = spec.tasks(split, n_tasks)
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(group_size)][:n]
     if policy == "expert":
-        from ..models.chat import ChatFormat
-        from ..models.loading import model_path
-        from transformers import AutoTokenizer
-
-        fmt = ChatFormat.from_tokenizer(AutoTokenizer.from_pretrained(model_path(cfg)))
-        return run_expert(fmt, spec, pairs, cfg.rollout.max_tokens, seed=cfg.seed)
+        return run_expert(expert_format(cfg, spec), spec, pairs, cfg.rollout.max_tokens,
+                          seed=cfg.seed)
     model, _, fmt, _ = load_policy(cfg)
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     return run_episodes(engine, fmt, spec, pairs, params, cfg.rollout.max_tokens,
                         cfg.rollout.batch_size, torch.Generator().manual_seed(cfg.seed))
+
+
+def expert_format(cfg: RunConfig, spec):
+    """The chat format an expert rollout records its token ids with (the expert needs no
+    model). `tiny` is built for envs with a train split; on an env without one (BFCL, a test
+    suite) `tiny` means a byte-level tokenizer with the tiny chat template (one token per byte)."""
+    from transformers import AutoTokenizer
+
+    from ..config import ConfigError
+    from ..models.chat import ChatFormat
+    from ..models.loading import model_path
+
+    if cfg.model.name == "tiny":
+        try:
+            spec.tasks("train", 1)
+        except ConfigError:
+            from ..models.tiny import train_tokenizer
+
+            return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0))
+    return ChatFormat.from_tokenizer(AutoTokenizer.from_pretrained(model_path(cfg)))
 
 
 def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int = 1):
