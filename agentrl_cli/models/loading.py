@@ -47,7 +47,11 @@ def apply_memory_options(model, cfg: RunConfig):
     """Activation checkpointing of the decoder layers when `model.gradient_checkpointing` is on
     (active only in train mode; the trainer's scoring passes run in eval mode without it)."""
     if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
 
 

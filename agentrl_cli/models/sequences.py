@@ -1,11 +1,13 @@
 """Batched forward passes over stored episodes: padding, per-token log-probs, values.
 
-Log-probs are computed from the backbone's hidden states in sequence chunks, so the full
-`tokens x vocabulary` logits never exist at once (the memory-lean step).
+Log-probs are computed from the backbone's hidden states in sequence chunks, recomputed in
+backward, so the full `tokens x vocabulary` logits never exist at once, not even as tensors
+saved for backward (the memory-lean step).
 """
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from ..types import Episode
 
@@ -58,16 +60,30 @@ def hidden_states(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
     return out.last_hidden_state
 
 
+def _piece_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
+    logits = head(hidden).float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
 def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
                          chunk: int = 512) -> torch.Tensor:
-    """log p(ids[:, t+1] | prefix) for t < L-1 -> [B, L-1], chunked over the sequence."""
+    """log p(ids[:, t+1] | prefix) for t < L-1 -> [B, L-1].
+
+    With `chunk` > 0 the logits exist for `chunk` positions at a time, and under autograd each
+    chunk is recomputed in backward (checkpointed), so only the hidden states are kept: the
+    extra memory is B x chunk x vocab instead of B x L x vocab, for one more LM-head matmul.
+    `chunk=0` computes the whole sequence at once (the plain reference).
+    """
     head = model.get_output_embeddings()
-    targets = ids[:, 1:]
+    h, targets = hidden[:, :-1], ids[:, 1:]
+    if not chunk or targets.shape[1] == 0:
+        return _piece_logprobs(head, h, targets, temperature)
+    recompute = torch.is_grad_enabled()
     parts = []
     for s in range(0, targets.shape[1], chunk):
-        logits = head(hidden[:, s:s + chunk]).float() / temperature
-        lp = torch.log_softmax(logits, dim=-1)
-        parts.append(lp.gather(-1, targets[:, s:s + chunk, None]).squeeze(-1))
+        args = (head, h[:, s:s + chunk], targets[:, s:s + chunk], temperature)
+        parts.append(checkpoint(_piece_logprobs, *args, use_reentrant=False) if recompute
+                     else _piece_logprobs(*args))
     return torch.cat(parts, dim=1)
 
 

@@ -58,17 +58,22 @@ def collate(episodes: list[Episode], pad_id: int) -> Batch:
 
 
 def microbatches(batch: Batch, max_tokens: int) -> list[list[int]]:
-    """Consecutive rows whose padded size (rows x longest) stays within `max_tokens`."""
+    """Pack rows into micro-batches whose padded size (rows x longest) stays within `max_tokens`.
+
+    Rows are packed longest first, so episodes of similar length share a micro-batch and little
+    padding is computed; a row longer than the budget gets a micro-batch of its own. Gradients
+    accumulated over the micro-batches, each weighted by its share of tokens (or sequences), equal
+    one pass over the whole batch.
+    """
     lengths = batch.attention_mask.sum(1).tolist()
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep row order
     groups: list[list[int]] = []
     cur: list[int] = []
-    longest = 0
-    for i, n in enumerate(lengths):
-        if cur and max(longest, n) * (len(cur) + 1) > max_tokens:
+    for i in order:
+        if cur and lengths[cur[0]] * (len(cur) + 1) > max_tokens:  # cur[0] is its longest row
             groups.append(cur)
-            cur, longest = [], 0
+            cur = []
         cur.append(i)
-        longest = max(longest, n)
     if cur:
         groups.append(cur)
     return groups
@@ -84,10 +89,12 @@ def trim(batch: Batch) -> Batch:
     return Batch(**kw)
 
 
-def forward(model, value_head, mb: Batch, temperature: float):
-    """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0)."""
+def forward(model, value_head, mb: Batch, temperature: float, chunk: int = 512):
+    """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0).
+
+    `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence)."""
     h = hidden_states(model, mb.input_ids, mb.attention_mask)
-    lp = logprobs_from_hidden(model, h, mb.input_ids, temperature)
+    lp = logprobs_from_hidden(model, h, mb.input_ids, temperature, chunk)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None
     if value_head is not None:

@@ -102,12 +102,14 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
     for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch):
         mb = trim(batch.select(rows))
         w = mb.input_ids.shape[1]
-        lp, v = forward(learner.model, learner.value_head, mb, cfg.rollout.temperature)
+        lp, v = forward(learner.model, learner.value_head, mb, cfg.rollout.temperature,
+                        cfg.train.logprob_chunk)
         old[rows, :w] = lp.float()
         if vals is not None:
             vals[rows, :w] = v.float()
         if ref is not None:
-            rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature)
+            rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature,
+                             cfg.train.logprob_chunk)
             ref[rows, :w] = rlp.float()
     batch.old_logprobs, batch.old_values, batch.ref_logprobs = old, vals, ref
 
@@ -136,7 +138,8 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 # token-mean: micro-batch mean x its share of tokens = the minibatch token mean
                 weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
                           else len(micro) / len(rows))
-                lp, values = forward(learner.model, learner.value_head, m, cfg.rollout.temperature)
+                lp, values = forward(learner.model, learner.value_head, m, cfg.rollout.temperature,
+                                     tr.logprob_chunk)
                 loss, st = policy_loss(lp, m, algo)
                 total = loss * weight
                 if learner.reference is not None and algo.kl_coef > 0:
