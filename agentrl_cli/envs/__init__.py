@@ -3,6 +3,7 @@ from .base import ENVS, EnvSpec, StepResult, Task, TextEnv
 from . import search  # noqa: F401  (registers "search")
 from . import locate  # noqa: F401  (registers "locate")
 from . import mathword  # noqa: F401  (registers "math")
+from . import rules  # noqa: F401  (registers "rules")
 from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
 
 __all__ = ["ENVS", "EnvSpec", "StepResult", "Task", "TextEnv"]
