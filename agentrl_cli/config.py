@@ -1,6 +1,7 @@
 """One source of truth for configuration: frozen dataclasses, YAML presets, dotted overrides.
 
-Precedence (later wins): dataclass defaults < the method's recipe defaults < YAML file <
+Precedence (later wins): dataclass defaults < the method's recipe defaults < a benchmark's
+presets (`--benchmark`) < YAML file <
 `--set key=value` overrides < explicit CLI flags (`--seed`, `--out`, `--method`, ...).
 A field's docstring (the string literal after it) is its help text; `agentrl train --help`
 points at `describe()`. Every user mistake raises `ConfigError` with one line.
@@ -403,9 +404,11 @@ def load(
     config_file: str | None = None,
     sets: list[str] | None = None,
     method: str | None = None,
+    presets: dict[str, Any] | None = None,
     **flags: Any,
 ) -> RunConfig:
-    """The one loader every command uses. `flags` are explicit CLI options (None = not given)."""
+    """The one loader every command uses. `flags` are explicit CLI options (None = not given);
+    `presets` (a benchmark's settings, dotted keys) rank above the recipe, below the YAML file."""
     from .methods import METHODS
 
     file_values = read_yaml(config_file) if config_file else {}
@@ -414,6 +417,9 @@ def load(
     recipe = METHODS.get(str(chosen))  # raises a one-line RegistryError for unknown names
     merged: dict[str, Any] = {}
     merged.update(recipe.defaults)
+    for key in presets or {}:
+        _check_key(key)
+    merged.update(presets or {})
     merged.update(file_values)
     merged.update(set_values)
     merged["method"] = chosen

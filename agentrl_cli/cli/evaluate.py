@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .options import ConfigOpt, EngineOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt, load_config, user_errors
+from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt,
+                      load_config, user_errors)
 
 
 @user_errors
@@ -20,6 +21,7 @@ def eval_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
     greedy: Annotated[bool, typer.Option("--greedy", help="Argmax decoding (then n = 1 is enough).")] = False,
     env: EnvOpt = None,
+    benchmark: BenchmarkOpt = None,
     model: ModelOpt = None,
     engine: EngineOpt = None,
     config: ConfigOpt = None,
@@ -37,7 +39,8 @@ def eval_cmd(
     if checkpoint is not None:
         from ..train.checkpoint import find
         model = str(find(checkpoint))
-    cfg = load_config(config, set_, env=env, model=model, engine=engine, seed=seed)
+    cfg = load_config(config, set_, benchmark=benchmark, env=env, model=model, engine=engine,
+                      seed=seed)
     res = run_eval(cfg, n=n, k_max=pass_k, n_tasks=tasks, greedy=greedy)
     name = Path(cfg.model.name).name if cfg.model.name != "tiny" else "tiny"
     Console().print(eval_table(res, f"{name} on {cfg.env.name} (held-out)"))

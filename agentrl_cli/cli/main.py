@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import ablate, diagnose, evaluate, rollout, train
+from . import ablate, benchmarks, diagnose, evaluate, rollout, train
 
 app = typer.Typer(
     name="agentrl",
@@ -19,6 +19,7 @@ app.command("rollout")(rollout.rollout_cmd)
 app.command("eval")(evaluate.eval_cmd)
 app.command("diagnose")(diagnose.diagnose_cmd)
 app.command("ablate")(ablate.ablate_cmd)
+app.command("benchmarks")(benchmarks.benchmarks_cmd)
 
 
 if __name__ == "__main__":

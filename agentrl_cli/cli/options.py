@@ -17,6 +17,7 @@ MethodOpt = Annotated[Optional[str], typer.Option("--method", "-m", help="Recipe
 EnvOpt = Annotated[Optional[str], typer.Option("--env", "-e", help="Environment (default: search).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="'tiny' (built in), a local Hugging Face folder, or a hub id.")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation engine: hf (default) or vllm (GPU).")]
+BenchmarkOpt = Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry: its env and settings (list: agentrl benchmarks).")]
 
 
 def flags(method=None, env=None, model=None, engine=None, seed=None, out=None) -> dict:
@@ -25,12 +26,23 @@ def flags(method=None, env=None, model=None, engine=None, seed=None, out=None) -
             "out": None if out is None else str(out), "_method": method}
 
 
-def load_config(config: Path | None, sets: list[str] | None, **kw):
-    from ..config import load
+def load_config(config: Path | None, sets: list[str] | None, benchmark: str | None = None, **kw):
+    """The RunConfig of a command. `benchmark` (a benchmarks.yaml entry) sets the env and its
+    presets, after checking that the benchmark can run here (else a one-line error)."""
+    from ..config import ConfigError, load
 
     f = flags(**kw)
     method = f.pop("_method")
-    return load(str(config) if config else None, sets, method=method, **f)
+    presets = None
+    if benchmark is not None:
+        if f["env.name"] is not None:
+            raise ConfigError("give --benchmark or --env, not both")
+        from ..envs.benchmarks import get_benchmark
+
+        b = get_benchmark(benchmark)
+        b.check()
+        presets = b.presets()
+    return load(str(config) if config else None, sets, method=method, presets=presets, **f)
 
 
 def default_out(cfg) -> Path:

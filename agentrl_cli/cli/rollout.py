@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .options import (ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt, SetOpt,
-                      load_config, user_errors)
+from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt,
+                      SetOpt, load_config, user_errors)
 
 
 @user_errors
@@ -23,6 +23,7 @@ def rollout_cmd(
     checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Checkpoint (or run) folder to load the policy from.")] = None,
     method: MethodOpt = None,
     env: EnvOpt = None,
+    benchmark: BenchmarkOpt = None,
     model: ModelOpt = None,
     engine: EngineOpt = None,
     config: ConfigOpt = None,
@@ -38,7 +39,8 @@ def rollout_cmd(
     if checkpoint is not None:
         from ..train.checkpoint import find
         model = str(find(checkpoint))
-    cfg = load_config(config, set_, method=method, env=env, model=model, engine=engine, seed=seed)
+    cfg = load_config(config, set_, benchmark=benchmark, method=method, env=env, model=model,
+                      engine=engine, seed=seed)
     trees = None
     if policy == "model" and cfg.algo.controller == "focus":
         from ..rollout.collect import collect_trees

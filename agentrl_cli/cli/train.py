@@ -8,14 +8,15 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .options import (ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt, SetOpt,
-                      default_out, load_config, user_errors)
+from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt,
+                      SetOpt, default_out, load_config, user_errors)
 
 
 @user_errors
 def train_cmd(
     method: MethodOpt = None,
     env: EnvOpt = None,
+    benchmark: BenchmarkOpt = None,
     model: ModelOpt = None,
     engine: EngineOpt = None,
     config: ConfigOpt = None,
@@ -36,8 +37,8 @@ def train_cmd(
         cfg = load_saved(run_dir, sets)
         out_dir = Path(cfg.out)
     else:
-        cfg = load_config(config, sets, method=method, env=env, model=model, engine=engine,
-                          seed=seed, out=out)
+        cfg = load_config(config, sets, benchmark=benchmark, method=method, env=env, model=model,
+                          engine=engine, seed=seed, out=out)
         out_dir = default_out(cfg)
         cfg = dataclasses.replace(cfg, out=str(out_dir))
     console = Console()

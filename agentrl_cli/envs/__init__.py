@@ -5,5 +5,6 @@ from . import locate  # noqa: F401  (registers "locate")
 from . import mathword  # noqa: F401  (registers "math")
 from . import rules  # noqa: F401  (registers "rules")
 from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
+from . import benchmarks  # noqa: F401  (registers the data-backed benchmark envs)
 
 __all__ = ["ENVS", "EnvSpec", "StepResult", "Task", "TextEnv"]

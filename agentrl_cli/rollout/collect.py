@@ -31,18 +31,24 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
 
 def expert_format(cfg: RunConfig, spec):
     """The chat format an expert rollout records its token ids with (the expert needs no
-    model). `tiny` is built for envs with a train split; on an env without one (BFCL, a test
-    suite) `tiny` means a byte-level tokenizer with the tiny chat template (one token per byte)."""
+    model). `tiny` is built for the built-in envs; on a real benchmark's env (BFCL, a qa
+    benchmark: see benchmarks.yaml) or an env without a train split, `tiny` means a byte-level
+    tokenizer with the tiny chat template (one token per byte)."""
     from transformers import AutoTokenizer
 
     from ..config import ConfigError
+    from ..envs.benchmarks import real_benchmark_envs
     from ..models.chat import ChatFormat
     from ..models.loading import model_path
 
     if cfg.model.name == "tiny":
-        try:
-            spec.tasks("train", 1)
-        except ConfigError:
+        bytes_only = cfg.env.name in real_benchmark_envs()
+        if not bytes_only:
+            try:
+                spec.tasks("train", 1)
+            except ConfigError:
+                bytes_only = True
+        if bytes_only:
             from ..models.tiny import train_tokenizer
 
             return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0))
