@@ -48,19 +48,19 @@ class EnvConfig:
     seed: int = 0
     """Seed of the env's world and its train/eval splits (independent of the run seed)."""
     min_hops: int = 2
-    """search: fewest hops in a question."""
+    """Fewest hops in a task (search: relations; locate: functions on the call chain; rules: rules needed; math: operations)."""
     max_hops: int = 3
-    """search: most hops in a question (up to 4)."""
+    """Most hops in a task (search and rules up to 4, locate and math up to 5)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
     n_entities: int = 100
-    """search: entities in the generated world (more = harder to memorise, more tasks)."""
+    """search: entities in the generated world (more = harder to memorise, more tasks); locate: files per repository."""
     relations: str = "full"
     """search: `full` (several facts per document; the question's relation picks one) or `single`."""
     n_train: int = 595
-    """search: training tasks."""
+    """Training tasks."""
     n_eval: int = 60
-    """search: held-out tasks (disjoint from training by start entity and relation path)."""
+    """Held-out tasks (disjoint from training: search by start entity and relation path, locate by repository, rules/math by case/problem)."""
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,12 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 
 
 def make_spec(cfg: RunConfig):
-    opts = {"min_hops": cfg.env.min_hops, "max_hops": cfg.env.max_hops,
-            "max_turns": cfg.env.max_turns}
-    if cfg.env.name == "search":
-        opts.update(n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval,
-                    relations=cfg.env.relations)
-    return ENVS.get(cfg.env.name)(seed=cfg.env.seed, **opts)
+    """The configured env spec. Every env factory receives the whole env section (as the tiny
+    model's builder does) and documents which options apply to it."""
+    e = cfg.env
+    return ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
+                            max_turns=e.max_turns, n_entities=e.n_entities, n_train=e.n_train,
+                            n_eval=e.n_eval, relations=e.relations)
 
 
 class TaskSampler:
