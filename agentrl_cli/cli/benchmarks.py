@@ -19,11 +19,14 @@ def benchmarks_cmd(
 
     console = Console()
     if name is None:
-        t = Table(title="benchmarks (run one: --benchmark NAME)")
-        for c in ("benchmark", "env", "adapter", "data", "CPU stand-in", "papers"):
+        table = load_benchmarks()
+        t = Table(title="benchmarks (run one: --benchmark NAME; the env of each has its name)")
+        t.add_column("benchmark", no_wrap=True, min_width=max(len(n) for n in table))
+        for c in ("adapter", "data", "CPU stand-in", "papers"):
             t.add_column(c)
-        for b in load_benchmarks().values():
-            t.add_row(b.name, b.env, b.adapter, b.data_status(), b.cpu_env, ", ".join(b.papers))
+        for b in table.values():
+            name = b.name if b.env == b.name else f"{b.name} (env {b.env})"
+            t.add_row(name, b.adapter, b.data_status(), b.cpu_env, ", ".join(b.papers))
         console.print(t)
         return
     b = get_benchmark(name)
