@@ -1,0 +1,822 @@
+"""Rollouts beyond one in-process engine: a path scheduler on a virtual clock, path executors
+(the `hf` engine here, `vllm` in `engines/vllm.py`), and Ray rollout workers.
+
+The unit of work is a *path*: one episode generated from a start state (a task's prompt, or a
+FOCUS node's context and env snapshot) until it ends. An executor runs many paths at once on its
+own engine and environments, and reports *events*: a path reached a new segment-boundary state
+(a node: its position, env snapshot, and what is needed to resume the path there), or a path
+finished (its episode). The allocator stays central: `PathScheduler` (a `FocusRunner` that owns
+no engine) keeps the trees, processes events, and launches roots and continuations as jobs
+that go to whichever executor has the fewest paths (preferring one that still holds the
+prefix's cache rows, where a continuation is a KV fork instead of a prefill).
+
+[our choice] Virtual clock, so that the result does not depend on where or how fast paths ran.
+The in-process FOCUS runner samples one token of every running path per tick; a path launched
+after tick j samples its k-th token at tick j + k. Executors label every event with that
+virtual tick (they are free to run ahead), and the scheduler processes events in (tick, path id)
+order, only up to the smallest tick every in-flight path has reported through; allocation happens
+exactly where the in-process runner would do it (after a tick in which a path finished), with
+the same token spend. Every path samples from its own generator (`focus.path_generator`), so
+with the same seeds the scheduler builds the same trees and episodes as the in-process runner,
+whatever the number of workers (tested with 1 executor and with 2 Ray workers, one killed
+mid-step). The price is latency, not work: a freed slot is refilled once the slowest in-flight
+path has reported past the tick it was freed at (at most one report, `ticks` tokens, late).
+
+[our choice] Critic values of FOCUS nodes are computed by the trainer process, with the
+trainer's model and value head, when the path through the node finishes (one forward over the
+finished episode gives every node's last-context hidden state); a node's value is only read
+once a leaf below it is complete, so this is exactly when the in-process runner would first use
+it. Executors therefore need no value head, and vLLM (which returns no hidden states) works.
+
+Faults: a Ray worker that dies is replaced (same construction, latest weights); each of its
+in-flight paths is re-issued from its last reported node (context, env snapshot and generator
+state travel with every node event), or from its start when it had reported none. Events
+already processed are kept, the lost worker's unreported tokens are generated again by the new
+owner: never lost, never double counted (tested with `ray.kill` mid-step).
+
+Controllers here (`PATH_CONTROLLERS`): `focus` (the FOCUS step) and `linear` (GRPO-style
+groups: roots only, in waves of whole groups under a token budget like the in-process `linear`;
+per-episode generators `path_generator(base, i)`, so the episodes equal the in-process runner's
+given the same per-episode generators, not its one-generator batches). DAPO dynamic sampling
+and `vine` run in process only.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import heapq
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from ..engines.hf import SamplingParams, sample_rows
+from ..envs.base import EnvSpec, Task
+from ..models.chat import ChatFormat
+from ..registry import Registry
+from ..types import Episode
+from .controllers import CONTROLLERS, RolloutContext, RolloutResult
+from .focus import FocusRunner, path_generator, seed_base
+from .runner import _Live, append_turn, apply_step, new_episode
+from .tree import Node, Tree
+
+INF = math.inf
+
+
+# ----------------------------------------------------------------------------- jobs and events
+
+
+@dataclass
+class PathJob:
+    """Start (or resume) one path on an executor."""
+
+    pid: int                      # path id (its place in the step; seeds its generator)
+    start_tick: int               # virtual tick of the path's next sampled token
+    episode: Episode              # the path's context so far (token ids fed as they are)
+    task: Task | None = None      # a root: reset a fresh env with this task
+    snapshot: Any = None          # otherwise: restore a fresh env to this state
+    seed: tuple[int, int] = (0, 0)            # (step base, seed index): a fresh path generator
+    gen_state: torch.Tensor | None = None     # or resume this generator state
+    fork_from: tuple[int, ...] = ()           # paths whose cache rows may hold the context
+
+
+@dataclass
+class PathEvent:
+    pid: int
+    tick: int                     # virtual tick of the token that ended the turn
+    kind: str                     # "node" (a new segment-boundary state) | "finish"
+    episode: Episode              # the path's episode (a copy; the whole episode on finish)
+    depth: int = 0                # node: turns taken before the state
+    position: int = 0             # node: tokens of context
+    snapshot: Any = None          # node: env snapshot (None: the env cannot be forked/resumed)
+    tool_calls: int = 0           # node: tool calls so far
+    gen_state: torch.Tensor | None = None  # node: the path generator's state (for resuming)
+
+
+@dataclass
+class Report:
+    events: list[PathEvent]
+    through: dict[int, int]       # pid -> virtual tick of its latest sampled token
+    tokens: int = 0               # tokens sampled during this call
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+@dataclass
+class _Run:
+    """A path on an executor."""
+
+    pid: int
+    live: _Live
+    gen: torch.Generator
+    tick: int                     # virtual tick of its latest sampled token
+    row: int | None = None        # engine row (hf)
+    feed: list[int] | None = None
+    turn_ids: list[int] = field(default_factory=list)
+    turn_lps: list[float] = field(default_factory=list)
+    request: str | None = None    # in-flight engine request (vllm)
+    turn_base: int = 0            # tick before the current turn's first token (vllm)
+
+
+class PathExecutor:
+    """Runs paths from jobs and reports their events (engine-independent part)."""
+
+    def __init__(self, fmt: ChatFormat, spec: EnvSpec, params: SamplingParams, max_tokens: int):
+        self.fmt, self.spec, self.params, self.max_tokens = fmt, spec, params, max_tokens
+        self.active: list[_Run] = []
+
+    def step(self, jobs: list[PathJob], ticks: int, fresh: bool = False) -> Report:
+        """Start `jobs`, then run every path for up to `ticks` tokens. `fresh` drops all state
+        of the previous step first (new weights make old cache rows stale)."""
+        if fresh:
+            self.reset()
+        for job in jobs:
+            self.active.append(self._start(job, self._make_run(job)))
+        return self.advance(ticks)
+
+    def reset(self) -> None:
+        self.active = []
+
+    def _make_run(self, job: PathJob) -> _Run:
+        env = self.spec.make()
+        if job.task is not None:
+            env.reset(job.task)
+        else:
+            env.restore(job.snapshot)
+        gen = torch.Generator()
+        if job.gen_state is not None:
+            gen.set_state(job.gen_state)
+        else:
+            gen = path_generator(*job.seed)
+        return _Run(job.pid, _Live(copy.deepcopy(job.episode), env), gen, job.start_tick - 1)
+
+    def _start(self, job: PathJob, run: _Run) -> _Run:
+        raise NotImplementedError
+
+    def advance(self, ticks: int) -> Report:
+        raise NotImplementedError
+
+    def end_turn(self, run: _Run, ids: list[int], lps: list[float]) -> PathEvent:
+        """Append the finished turn, step the env: a node event (the path goes on with
+        `run.feed` = the observation) or a finish event."""
+        fmt = self.fmt
+        turn = append_turn(run.live.ep, ids, lps, fmt.decode_action(ids))
+        obs = apply_step(run.live, fmt, turn, self.max_tokens, self.params.max_new_tokens)
+        ep = run.live.ep
+        if obs is None:
+            return PathEvent(run.pid, run.tick, "finish", ep)
+        run.feed = obs
+        try:
+            snap = run.live.env.snapshot()
+        except Exception:  # an env without snapshots still rolls out, without branching
+            snap = None
+        return PathEvent(run.pid, run.tick, "node", copy.deepcopy(ep), depth=ep.num_turns,
+                         position=len(ep.token_ids), snapshot=snap, tool_calls=ep.num_tool_calls,
+                         gen_state=run.gen.get_state())
+
+
+class HFPathExecutor(PathExecutor):
+    """Paths on the `hf` engine: continuous batching over one growing `KVBatch`, one token of
+    every running path per tick (as the in-process FOCUS runner); finished rows stay parked as
+    fork sources until the batch holds more than twice `share` rows."""
+
+    def __init__(self, engine, fmt, spec, params, max_tokens, share: int = 64):
+        super().__init__(fmt, spec, params, max_tokens)
+        self.engine, self.share = engine, max(1, share)
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        self.kv = self.engine.new_batch(0)
+        self.parked: list[_Run] = []
+
+    def _start(self, job: PathJob, run: _Run) -> _Run:
+        n = len(job.episode.token_ids)
+        holders = {r.pid: r for r in self.active + self.parked if r.row is not None}
+        src = next((holders[q].row for q in job.fork_from if q in holders
+                    and int(self.kv.lengths[holders[q].row]) >= n), None)
+        if src is not None:
+            run.row, run.feed = self.kv.fork(src, n), []
+        else:
+            run.row, run.feed = self.kv.add_row(), list(job.episode.token_ids)
+        return run
+
+    def advance(self, ticks: int) -> Report:
+        events: list[PathEvent] = []
+        touched: dict[int, _Run] = {}
+        stop = set(self.fmt.stop_ids)
+        sampled = 0
+        for _ in range(ticks):
+            if not self.active:
+                break
+            chunks: list[list[int] | None] = [None] * self.kv.n
+            for r in self.active:
+                chunks[r.row], r.feed = r.feed, None
+            self.kv.extend(chunks, only_fed=True)
+            running = list(self.active)
+            idx = torch.tensor([r.row for r in running], dtype=torch.long)
+            tok, lp = sample_rows(self.kv.last_logits[idx], self.params, [r.gen for r in running])
+            for r, t, l in zip(running, tok.tolist(), lp.tolist()):
+                r.tick += 1
+                sampled += 1
+                touched[r.pid] = r
+                r.turn_ids.append(t)
+                r.turn_lps.append(l)
+                if t not in stop and len(r.turn_ids) < self.params.max_new_tokens:
+                    r.feed = [t]
+                    continue
+                self.kv.pending[r.row] = [t]
+                ids, lps, r.turn_ids, r.turn_lps = r.turn_ids, r.turn_lps, [], []
+                ev = self.end_turn(r, ids, lps)
+                events.append(ev)
+                if ev.kind == "finish":
+                    self.active.remove(r)
+                    self.parked.append(r)
+            self._compact()
+        return Report(events, {pid: r.tick for pid, r in touched.items()}, sampled)
+
+    def _compact(self) -> None:
+        if self.kv.n > 2 * max(self.share, len(self.active)):
+            for r in self.parked[:-self.share]:
+                r.row = None
+            self.parked = self.parked[-self.share:]
+            holders = sorted(self.active + self.parked, key=lambda q: q.row)
+            self.kv.keep([q.row for q in holders])
+            for i, q in enumerate(holders):
+                q.row = i
+        if self.kv.n and self.kv.mask.shape[1] > 2 * int(self.kv.lengths.max()) + 64:
+            self.kv.pack()
+
+
+def make_executor(engine, fmt, spec, params, max_tokens, share: int = 64) -> PathExecutor:
+    """The engine's path executor: its own (`engine.path_executor`) or the hf one."""
+    own = getattr(engine, "path_executor", None)
+    if own is not None:
+        return own(fmt, spec, params, max_tokens)
+    return HFPathExecutor(engine, fmt, spec, params, max_tokens, share)
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+class LocalPool:
+    """One executor in this process (a turn-level engine such as vLLM, or tests)."""
+
+    def __init__(self, executor: PathExecutor):
+        self.executors = [executor]
+        self.size = 1
+        self._out: list = []
+        self._fresh = True
+
+    def new_step(self) -> None:
+        self._fresh = True
+
+    def busy(self, w: int) -> bool:
+        return bool(self._out)
+
+    def ready(self, w: int) -> bool:
+        return True
+
+    def start(self, w: int, jobs: list[PathJob], ticks: int) -> None:
+        self._out.append((w, self.executors[w].step(jobs, ticks, fresh=self._fresh)))
+        self._fresh = False
+
+    def wait(self) -> list[tuple[int, Report | Exception]]:
+        out, self._out = self._out, []
+        return out
+
+    def replace(self, w: int) -> None:  # an in-process executor does not die on its own
+        raise RuntimeError("local executor failed")
+
+
+class RayPool:
+    """`n` Ray actors, each a `RolloutWorker` (engine + envs). Weights arrive as one object ref
+    per update (`sync`); a replaced actor gets the latest one before its first job."""
+
+    def __init__(self, cfg: RunConfig, n: int, log: Callable[[str], None] = print):
+        import ray
+
+        self.ray = ray
+        self.cfg, self.size, self.log = cfg, n, log
+        opts = {"num_cpus": 1, "num_gpus": cfg.rollout.worker_gpus, "max_restarts": 0}
+        self.actor_cls = ray.remote(**opts)(RolloutWorker)
+        self.weights = None
+        self.booting: dict[int, Any] = {}   # replaced actor -> its `ready` call
+        self.actors = [self._new_actor() for _ in range(n)]
+        self.ray.get([a.ready.remote() for a in self.actors])
+        self.futures: dict[int, Any] = {}
+        self.fresh = [True] * n
+        self.replaced = 0
+
+    def _new_actor(self):
+        a = self.actor_cls.remote(self.cfg, max(1, self.cfg.rollout.batch_size // self.size))
+        if self.weights is not None:
+            a.load_weights.remote(self.weights)
+        return a
+
+    def ready(self, w: int) -> bool:
+        """False while a replacement actor is still being built."""
+        ref = self.booting.get(w)
+        if ref is None:
+            return True
+        done, _ = self.ray.wait([ref], timeout=0)
+        if done:
+            del self.booting[w]
+        return bool(done)
+
+    def sync(self, state: dict) -> None:
+        self.weights = self.ray.put({k: v.detach().to("cpu") for k, v in state.items()})
+        self.ray.get([a.load_weights.remote(self.weights) for a in self.actors])
+
+    def new_step(self) -> None:
+        self.fresh = [True] * self.size
+
+    def busy(self, w: int) -> bool:
+        return w in self.futures
+
+    def start(self, w: int, jobs: list[PathJob], ticks: int) -> None:
+        self.futures[w] = self.actors[w].step.remote(jobs, ticks, self.fresh[w])
+        self.fresh[w] = False
+
+    def wait(self) -> list[tuple[int, Report | Exception]]:
+        by_ref = {ref: w for w, ref in self.futures.items()}
+        done, _ = self.ray.wait(list(by_ref), num_returns=1)
+        out = []
+        for ref in done:
+            w = by_ref[ref]
+            del self.futures[w]
+            try:
+                out.append((w, self.ray.get(ref)))
+            except self.ray.exceptions.RayActorError as e:
+                out.append((w, e))
+        return out
+
+    def replace(self, w: int) -> None:
+        self.log(f"rollout worker {w} died; replacing it and re-issuing its paths")
+        try:
+            self.ray.kill(self.actors[w])
+        except Exception:
+            pass
+        self.actors[w] = self._new_actor()
+        self.booting[w] = self.actors[w].ready.remote()
+        self.fresh[w] = True
+        self.replaced += 1
+
+    def close(self) -> None:
+        for a in self.actors:
+            try:
+                self.ray.kill(a)
+            except Exception:
+                pass
+
+
+class RolloutWorker:
+    """What runs inside one Ray actor: the policy's engine, the env spec and a path executor,
+    built from the run's config (the model folder must be readable at the same path)."""
+
+    def __init__(self, cfg: RunConfig, share: int):
+        import torch as _torch
+
+        from ..engines import build_engine
+        from ..models.loading import load_policy
+        from ..train.loop import make_spec
+
+        _torch.set_num_threads(1)
+        model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
+        self.engine = build_engine(cfg, model, fmt)
+        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+        self.executor = make_executor(self.engine, fmt, make_spec(cfg), params,
+                                      cfg.rollout.max_tokens, share)
+
+    def ready(self) -> bool:
+        return True
+
+    def load_weights(self, state: dict) -> None:
+        load = getattr(self.engine, "load_weights", None)
+        if load is not None:
+            load(state)
+        else:
+            self.engine.model.load_state_dict(state, strict=False)
+
+    def step(self, jobs: list[PathJob], ticks: int, fresh: bool) -> Report:
+        return self.executor.step(jobs, ticks, fresh)
+
+
+# ----------------------------------------------------------------------------- critic values
+
+
+class CriticValues:
+    """V(s) of FOCUS nodes from the trainer's model and value head: one forward over a finished
+    episode gives the hidden state after each node's context (its last token)."""
+
+    def __init__(self, model, value_head):
+        self.model, self.value_head = model, value_head
+
+    @torch.no_grad()
+    def __call__(self, episodes: list[Episode], positions: list[list[int]]) -> list[list[float]]:
+        from ..models.sequences import hidden_states, pad_episodes
+
+        if self.value_head is None:
+            return [[0.5] * len(p) for p in positions]
+        out: list[list[float]] = [[] for _ in episodes]
+        todo = [i for i, p in enumerate(positions) if p]
+        if not todo:
+            return out
+        device = next(self.model.parameters()).device
+        ids, _, attn = pad_episodes([episodes[i] for i in todo], 0)
+        was_training = self.model.training
+        self.model.eval()
+        h = hidden_states(self.model, ids.to(device), attn.to(device))
+        self.model.train(was_training)
+        for j, i in enumerate(todo):
+            rows = torch.tensor([p - 1 for p in positions[i]], dtype=torch.long, device=h.device)
+            v = self.value_head(h[j, rows].float()).squeeze(-1).float()
+            out[i] = [float(x) for x in v.tolist()]
+        return out
+
+
+# ----------------------------------------------------------------------------- the scheduler
+
+
+class _NoEngine:
+    """The scheduler owns no engine; `FocusRunner.__init__` asks for an (unused) batch."""
+
+    @staticmethod
+    def new_batch(n: int):
+        class _Batch:
+            keep_hidden = False
+        return _Batch()
+
+
+class PathScheduler(FocusRunner):
+    """FOCUS (or, with `branching=False`, plain groups) over a pool of path executors, on the
+    virtual clock of the module docstring. Tree bookkeeping, gains, allocation and results are
+    `FocusRunner`'s; launching, node creation and the main loop are replaced."""
+
+    def __init__(self, ctx: RolloutContext, tasks: list[Task], pool, values: CriticValues,
+                 ticks: int = 1, branching: bool = True, base: int | None = None,
+                 seed_offset: int = 0, after_report: Callable[["PathScheduler"], None] | None = None):
+        gen = ctx.generator if base is None else torch.Generator()
+        super().__init__(replace(ctx, engine=_NoEngine(), generator=gen), tasks)
+        if base is not None:
+            self.base = base
+        self.pool, self.values, self.ticks, self.branching = pool, values, ticks, branching
+        self.seed_offset, self.after_report = seed_offset, after_report
+        if not branching:
+            self.root_queue = [g for g in range(len(tasks)) for _ in range(ctx.group_size)]
+        self.now = -1
+        self.jobs: list[PathJob] = []           # launched, not yet sent
+        self.launch: dict[int, int] = {}        # pid -> tick of its first token
+        self.finish_tick: dict[int, int] = {}   # pid -> tick of its last token (once reported)
+        self.through: dict[int, int] = {}       # pid -> latest tick reported (in-flight paths)
+        self.owner: dict[int, int] = {}         # pid -> executor running it
+        self.queued: dict[int, list[PathJob]] = {}  # executor -> jobs for its next call
+        self.ran_on: dict[int, int] = {}        # pid -> executor that ran it (fork hint)
+        self.origin_job: dict[int, PathJob] = {}
+        self.resume: dict[int, PathEvent] = {}  # pid -> its latest node event
+        self.heap: list[tuple[int, int, int, PathEvent]] = []
+        self.seq = 0
+        self.reports = 0
+
+    # -- launching (replaces FocusRunner's engine work with jobs) --------------------------
+
+    def _budget_left(self) -> bool:
+        return self.branching and super()._budget_left()
+
+    def _queue(self, p, job: PathJob) -> None:
+        self.launch[p.pid] = self.now + 1
+        self.through[p.pid] = self.now
+        self.origin_job[p.pid] = job
+        self.jobs.append(job)
+
+    def _launch_root(self, g: int) -> None:
+        ctx, tree, task = self.ctx, self.trees[g], self.tasks[g]
+        env = ctx.spec.make()
+        user = env.reset(task)
+        prompt = ctx.fmt.prompt_ids(env.system_prompt, user)
+        live = _Live(new_episode(task, g, prompt), env)
+        if not tree.nodes:
+            root = tree.add(-1, 0, len(prompt), len(self.paths))
+            self._snapshot(root, env, live.ep)
+        p = self._new_path(tree, live, 0, continuation=False)
+        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(live.ep), task=task,
+                               seed=(self.base, self.seed_offset + p.pid)))
+
+    def _launch_from(self, tree: Tree, node: Node) -> None:
+        src = self.paths[node.path].live.ep
+        k, pos = node.depth, node.position
+        ep = Episode(task_id=src.task_id, group=src.group, token_ids=src.token_ids[:pos],
+                     response_mask=[0] * pos, logprobs=[0.0] * pos, turn_index=[-1] * pos,
+                     segment_starts=list(src.segment_starts[:k]),
+                     turns=[replace(t) for t in src.turns[:k]], segment_index=[-1] * pos,
+                     answer=src.answer, meta={kk: v for kk, v in src.meta.items()
+                                              if not kk.startswith("focus_") and kk not in
+                                              ("reward_raw", "overlong_penalty")},
+                     num_tool_calls=node.tool_calls)
+        p = self._new_path(tree, _Live(ep, None), node.id, continuation=True)
+        through = tuple(q for q in tree.through[node.id] if q != p.pid)
+        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(ep), snapshot=node.snapshot,
+                               seed=(self.base, self.seed_offset + p.pid), fork_from=through))
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _assign(self, job: PathJob) -> int:
+        """The least loaded ready executor, or one holding the context's cache rows if it has
+        room; a replacement still starting up gets work only when no other executor is ready."""
+        ready = [w for w in range(self.pool.size) if self.pool.ready(w)] or list(range(self.pool.size))
+        load = [0] * self.pool.size
+        for w in self.owner.values():
+            load[w] += 1
+        share = -(-self.capacity // len(ready))
+        near = [self.ran_on[q] for q in job.fork_from if q in self.ran_on]
+        near = [w for w in near if w in ready and load[w] < share]
+        if near:
+            return min(near, key=lambda w: load[w])
+        return min(ready, key=lambda w: load[w])
+
+    def _dispatch(self) -> None:
+        """Assign new jobs to executors; start a call on every idle executor with work."""
+        for job in self.jobs:
+            w = self._assign(job)
+            self.owner[job.pid] = self.ran_on[job.pid] = w
+            self.queued.setdefault(w, []).append(job)
+        self.jobs = []
+        for w in range(self.pool.size):
+            if self.pool.busy(w):
+                continue
+            mine = self.queued.pop(w, [])
+            if mine or any(o == w for o in self.owner.values()):
+                self.pool.start(w, mine, self.ticks)
+
+    def _absorb(self, w: int, rep: Report) -> None:
+        for ev in rep.events:
+            if ev.pid not in self.through or self.owner.get(ev.pid) != w:
+                continue  # a path re-issued elsewhere meanwhile (its old owner's late word)
+            if ev.tick <= self.through[ev.pid]:  # it had reported no event up to there
+                raise RuntimeError(f"path {ev.pid}: a re-issued path diverged from its first run")
+            heapq.heappush(self.heap, (ev.tick, ev.pid, self.seq, ev))
+            self.seq += 1
+            if ev.kind == "node":
+                self.resume[ev.pid] = ev
+            else:
+                self.finish_tick[ev.pid] = ev.tick
+                del self.through[ev.pid]
+                del self.owner[ev.pid]
+        for pid, t in rep.through.items():
+            if pid in self.through and self.owner.get(pid) == w:
+                self.through[pid] = max(self.through[pid], t)
+
+    def _recover(self, w: int) -> None:
+        """Replace a dead executor; re-issue its paths from their last reported state."""
+        self.pool.replace(w)
+        unsent = self.queued.pop(w, [])
+        sent = {j.pid for j in unsent}
+        for job in unsent:
+            del self.owner[job.pid]
+            self.jobs.append(job)
+        for pid in [q for q, o in self.owner.items() if o == w and q not in sent]:
+            del self.owner[pid]
+            ev = self.resume.get(pid)
+            if ev is None:
+                self.jobs.append(self.origin_job[pid])
+            else:
+                self.jobs.append(PathJob(pid, ev.tick + 1, ev.episode, snapshot=ev.snapshot,
+                                         gen_state=ev.gen_state))
+
+    def _gvt(self) -> float:
+        return min(self.through.values(), default=INF)
+
+    def _spent_at(self, tick: int) -> int:
+        return sum(max(0, min(tick, self.finish_tick.get(pid, INF)) - start + 1)
+                   for pid, start in self.launch.items())
+
+    def _node(self, ev: PathEvent) -> None:
+        p = self.paths[ev.pid]
+        node = p.tree.add(p.nodes[-1], ev.depth, ev.position, p.pid, inflight=1)
+        node.snapshot = ev.snapshot
+        node.resumable = (ev.snapshot is not None
+                          and node.position + self.ctx.params.max_new_tokens <= self.ctx.max_tokens)
+        node.tool_calls = ev.tool_calls
+        p.nodes.append(node.id)
+
+    def _finishing(self, events: list[PathEvent]) -> None:
+        """Critic values of the finishing paths' states that have none yet."""
+        todo = []
+        for ev in events:
+            p = self.paths[ev.pid]
+            p.live = _Live(ev.episode, None)
+            nodes = [p.tree.nodes[i] for i in p.nodes if p.tree.nodes[i].v is None]
+            todo.append((ev.episode, nodes))
+        vals = self.values([e for e, _ in todo], [[nd.position for nd in nds] for _, nds in todo])
+        for (_, nds), vs in zip(todo, vals):
+            for nd, v in zip(nds, vs):
+                nd.v = v
+
+    def _clock(self) -> None:
+        """Process every event up to the virtual time all in-flight paths have passed."""
+        while self.heap and self.heap[0][0] <= self._gvt():
+            tick = self.heap[0][0]
+            batch = []
+            while self.heap and self.heap[0][0] == tick:
+                batch.append(heapq.heappop(self.heap)[3])
+            finishing = [ev for ev in batch if ev.kind == "finish"]
+            self._finishing(finishing)
+            for ev in batch:           # (tick, pid) order: the in-process runner's order
+                if ev.kind == "node":
+                    self._node(ev)
+                else:
+                    self._finish(self.paths[ev.pid])
+            if finishing:
+                self.now = tick
+                self.spent = self._spent_at(tick)
+                self._fill()
+
+    def run(self) -> None:
+        self.pool.new_step()
+        self._fill()
+        while True:
+            self._dispatch()
+            if not any(self.pool.busy(w) for w in range(self.pool.size)):
+                if self.jobs or self.through:
+                    raise RuntimeError("path scheduler stalled with work left")
+                break
+            for w, rep in self.pool.wait():
+                if isinstance(rep, Exception):
+                    self._recover(w)
+                else:
+                    self._absorb(w, rep)
+                    self.reports += 1
+                    if self.after_report is not None:
+                        self.after_report(self)
+            self._clock()
+        self._clock()
+
+
+# ----------------------------------------------------------------------------- controllers
+
+PathController = Callable[[RolloutContext, list[Task], "PathRunner"], RolloutResult]
+PATH_CONTROLLERS: Registry[PathController] = Registry("distributed controller")
+
+
+@dataclass
+class PathRunner:
+    """What the path controllers need besides the context: the pool, the critic values, the
+    scheduler's tokens per executor call and an optional hook after each report (tests)."""
+
+    pool: Any
+    values: CriticValues
+    ticks: int = 1
+    after_report: Callable[[PathScheduler], None] | None = None
+
+
+@PATH_CONTROLLERS.register("focus")
+def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
+    """The FOCUS step (same trees as `controllers.focus` given the same seeds)."""
+    t0 = time.perf_counter()
+    sched = PathScheduler(ctx, list(tasks), runner.pool, runner.values, runner.ticks,
+                          after_report=runner.after_report)
+    sched.run()
+    res = sched.result()
+    wall = time.perf_counter() - t0
+    res.extras["metrics"]["focus/bookkeeping_share"] = sched.t_book / max(wall, 1e-9)
+    res.extras["metrics"]["rollout/worker_restarts"] = getattr(runner.pool, "replaced", 0)
+    res.extras["focus_timing"] = {"wall_seconds": wall, "bookkeeping_seconds": sched.t_book}
+    return res
+
+
+@PATH_CONTROLLERS.register("linear")
+def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
+    """`group_size` episodes per task; episode i (task-major) samples from
+    `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`."""
+    if ctx.algo.dynamic_sampling:
+        raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
+    base = seed_base(ctx.generator)
+    wave = len(tasks)
+    if ctx.budget_tokens > 0:
+        wave = max(1, ctx.batch_size // ctx.group_size)
+    eps: list[Episode] = []
+    for start in range(0, len(tasks), wave):
+        if ctx.budget_tokens > 0 and sum(e.generated_tokens for e in eps) >= ctx.budget_tokens:
+            break
+        sched = PathScheduler(ctx, list(tasks[start:start + wave]), runner.pool, runner.values,
+                              runner.ticks, branching=False, base=base,
+                              seed_offset=start * ctx.group_size, after_report=runner.after_report)
+        sched.run()
+        for p in sched.paths:
+            ep = p.live.ep
+            ep.group += start
+            for k in ("focus_tree", "focus_path", "focus_origin"):
+                ep.meta.pop(k, None)
+            eps.append(ep)
+    res = RolloutResult(eps)
+    res.extras["metrics"] = {"rollout/worker_restarts": getattr(runner.pool, "replaced", 0)}
+    return res
+
+
+# ----------------------------------------------------------------------------- the trainer's view
+
+
+@dataclass
+class Rollouts:
+    """How the trainer gets a step's episodes and keeps the generators' weights current.
+
+    `run(ctx, tasks)` is the step's controller; `sync(model)` pushes new weights to wherever
+    generation happens (a no-op for the in-process `hf` engine, which shares the model);
+    `close()` releases workers."""
+
+    run: Callable[[RolloutContext, list[Task]], RolloutResult]
+    sync: Callable[[torch.nn.Module], None] = lambda model: None
+    close: Callable[[], None] = lambda: None
+    info: str = "in-process"
+
+
+def ray_temp_dir(out: Path, log: Callable[[str], None] = print) -> str:
+    """`<out>/ray`, or a short folder under the system temp dir when that path would make Ray's
+    unix sockets (`<dir>/session_<date>_<time>_<pid>/sockets/plasma_store`) longer than the
+    107-byte limit."""
+    want = str((Path(out) / "ray").resolve())
+    if len(want) + len("/session_2026-01-01_00-00-00_000000_0000000/sockets/plasma_store") <= 107:
+        return want
+    tag = hashlib.sha1(want.encode()).hexdigest()[:8]
+    short = str(Path(tempfile.gettempdir()) / f"agentrl-ray-{tag}")
+    log(f"Ray temp dir {want} is too long for unix sockets; using {short}")
+    return short
+
+
+def open_ray(cfg: RunConfig, out: Path, log: Callable[[str], None] = print) -> bool:
+    """Join `rollout.ray_address`, or start a local Ray with one CPU per worker. Returns
+    whether this call started Ray (and should shut it down)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("rollout.workers > 0 needs Ray: pip install 'agentrl[ray]'") from None
+    if ray.is_initialized():
+        return False
+    if cfg.rollout.ray_address:
+        ray.init(address=cfg.rollout.ray_address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=cfg.rollout.workers, _temp_dir=ray_temp_dir(out, log),
+                 include_dashboard=False, log_to_driver=False)
+    return True
+
+
+RAY_TICKS = 8  # tokens per path per Ray call: fewer round trips vs later slot refills
+
+
+def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model, value_head,
+                  out: Path, log: Callable[[str], None] = print) -> Rollouts:
+    """The trainer's rollouts. In process: the registry controller on `engine` (`hf`: token
+    level), or, for a turn-level engine (`vllm`) and a controller in `PATH_CONTROLLERS`, the
+    path controller on a local executor of that engine. With `rollout.workers > 0`: the path
+    controller on Ray workers. `model`/`value_head` give FOCUS its critic values."""
+    name = cfg.algo.controller
+    sync = getattr(engine, "load_weights", None) or (lambda m: None)
+    release = getattr(engine, "release", None) or (lambda: None)
+    if cfg.rollout.workers == 0 and (getattr(engine, "token_level", True)
+                                     or name not in PATH_CONTROLLERS):
+        controller = CONTROLLERS.get(name)
+
+        def run(ctx, tasks):
+            res = controller(ctx, tasks)
+            release()  # a colocated engine frees its GPU memory for the update
+            return res
+
+        return Rollouts(run, sync, info=f"in process, {cfg.rollout.engine} engine")
+    if name not in PATH_CONTROLLERS:
+        raise ConfigError(f"algo.controller '{name}' runs in process only: with rollout.workers > 0 "
+                          f"use one of {', '.join(PATH_CONTROLLERS.names())}")
+    if cfg.algo.dynamic_sampling:
+        raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
+    controller = PATH_CONTROLLERS.get(name)
+    values = CriticValues(model, value_head)
+    if cfg.rollout.workers == 0:
+        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+        executor = make_executor(engine, fmt, spec, params, cfg.rollout.max_tokens)
+        runner = PathRunner(LocalPool(executor), values, ticks=1)
+
+        def run_local(ctx, tasks):
+            res = controller(ctx, tasks, runner)
+            release()
+            return res
+
+        return Rollouts(run_local, sync, info=f"in process, {cfg.rollout.engine} engine, path scheduler")
+    started = open_ray(cfg, out, log)
+    pool = RayPool(cfg, cfg.rollout.workers, log)
+    runner = PathRunner(pool, values, ticks=RAY_TICKS)
+
+    def close():
+        pool.close()
+        if started:
+            import ray
+
+            ray.shutdown()
+
+    return Rollouts(lambda ctx, tasks: controller(ctx, tasks, runner),
+                    lambda m: pool.sync(m.state_dict()), close,
+                    info=f"{cfg.rollout.workers} Ray rollout workers ({cfg.rollout.engine} engine)")

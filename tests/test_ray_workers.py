@@ -1,0 +1,186 @@
+"""The path scheduler (virtual clock) and Ray rollout workers: the same trees and episodes as the
+in-process runner for the same seeds, with 1 local executor or 2 Ray workers, a worker killed
+mid-step, and weights synced to the workers."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentrl_cli import config
+from agentrl_cli.config import ConfigError
+from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.rollout import focus as focus_mod
+from agentrl_cli.rollout import workers as W
+from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
+from agentrl_cli.rollout.runner import run_episodes
+
+from conftest import MICRO
+
+PARAMS = SamplingParams(max_new_tokens=8)
+
+
+def _cfg(*sets):
+    return config.load(sets=MICRO + list(sets), method="focus")
+
+
+def _head(model):
+    torch.manual_seed(0)
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    torch.nn.init.normal_(head.weight, std=0.3)
+    torch.nn.init.constant_(head.bias, 0.5)
+    return head
+
+
+def _ctx(micro_policy, algo, batch_size=3, seed=0, head=None, budget=0, group_size=3, model=None):
+    m, tok, fmt, spec = micro_policy
+    return RolloutContext(HFEngine(model or m, fmt.pad_id), fmt, spec, PARAMS, group_size, 512,
+                          batch_size, budget, torch.Generator().manual_seed(seed), algo=algo,
+                          value_head=head)
+
+
+def _same(ref, res, trees=True):
+    assert len(ref.episodes) == len(res.episodes)
+    for a, b in zip(ref.episodes, res.episodes):
+        assert a.token_ids == b.token_ids
+        assert a.response_mask == b.response_mask and a.segment_index == b.segment_index
+        assert (a.reward, a.finish, a.group, a.meta) == (b.reward, b.finish, b.group, b.meta)
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+    if trees:
+        for ta, tb in zip(ref.extras["trees"], res.extras["trees"]):
+            assert ta.to_json()["paths"] == tb.to_json()["paths"]
+            assert [(n.parent, n.position, n.launched, n.n) for n in ta.nodes] == \
+                   [(n.parent, n.position, n.launched, n.n) for n in tb.nodes]
+            for na, nb in zip(ta.nodes, tb.nodes):
+                assert (na.v is None) == (nb.v is None)
+                if na.v is not None:
+                    assert abs(na.v - nb.v) < 1e-4
+
+
+@pytest.fixture(scope="module")
+def focus_case(micro_policy):
+    """An in-process FOCUS step with branching (capacity 3 < 9 paths, a critic head)."""
+    model = micro_policy[0]
+    head = _head(model)
+    algo = _cfg("algo.focus_roots=1").algo
+    tasks = micro_policy[3].tasks("train", 3)
+    ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks)
+    assert ref.extras["metrics"]["focus/continuations"] > 0, "the case must branch"
+    return ref, head, algo, tasks
+
+
+# ----------------------------------------------------------------------------- no Ray
+
+
+@pytest.mark.parametrize("ticks", [1, 4])
+def test_scheduler_builds_the_in_process_trees(micro_policy, focus_case, ticks):
+    model, tok, fmt, spec = micro_policy
+    ref, head, algo, tasks = focus_case
+    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
+    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=ticks)
+    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    _same(ref, res)
+
+
+def test_linear_paths_equal_runner_with_per_episode_generators(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    algo = _cfg().algo
+    tasks = spec.tasks("train", 2)
+    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=2)
+    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=3)
+    res = W.PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, batch_size=2, seed=5), tasks, runner)
+    base = focus_mod.seed_base(torch.Generator().manual_seed(5))
+    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(3)]
+    gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
+    ref = run_episodes(HFEngine(model, fmt.pad_id), fmt, spec, pairs, PARAMS, 512, len(pairs), gens)
+    assert sum(e.num_turns for e in ref) > len(ref), "needs multi-turn episodes"
+    assert [e.group for e in res.episodes] == [0, 0, 0, 1, 1, 1]
+    for a, b in zip(res.episodes, ref):
+        assert a.token_ids == b.token_ids and a.response_mask == b.response_mask
+        assert (a.reward, a.finish, a.num_tool_calls, a.meta) == (b.reward, b.finish, b.num_tool_calls, b.meta)
+
+
+def test_ray_temp_dir_falls_back_when_sockets_would_be_too_long(tmp_path):
+    msgs = []
+    assert W.ray_temp_dir("/tmp/r", msgs.append) == "/tmp/r/ray" and not msgs
+    deep = tmp_path / ("x" * 60)
+    short = W.ray_temp_dir(deep, msgs.append)
+    assert len(short) < 40 and "agentrl-ray-" in short
+    assert len(msgs) == 1 and "too long" in msgs[0]
+
+
+def test_workers_refuse_in_process_only_controllers(micro_policy):
+    model, tok, fmt, spec = micro_policy
+    for sets, what in ((["rollout.workers=2"], "vine"), (["rollout.workers=2", "algo.dynamic_sampling=true"], "dynamic")):
+        cfg = config.load(sets=MICRO + sets, method="vineppo" if what == "vine" else "dapo")
+        with pytest.raises(ConfigError, match="in process only"):
+            W.open_rollouts(cfg, HFEngine(model, fmt.pad_id), fmt, spec, model, None, "/tmp/x")
+
+
+# ----------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="module")
+def ray_pool(micro_policy, tmp_path_factory):
+    """One local Ray session (2 CPUs) and a pool of 2 workers for the whole module."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, _temp_dir=W.ray_temp_dir(tmp_path_factory.mktemp("r")),
+             include_dashboard=False, log_to_driver=False)
+    pool = W.RayPool(_cfg("rollout.workers=2", "rollout.batch_size=3"), 2, log=lambda s: None)
+    pool.sync(micro_policy[0].state_dict())
+    yield pool
+    pool.close()
+    ray.shutdown()
+
+
+def test_two_ray_workers_build_the_in_process_trees(micro_policy, focus_case, ray_pool):
+    ref, head, algo, tasks = focus_case
+    runner = W.PathRunner(ray_pool, W.CriticValues(micro_policy[0], head), ticks=4)
+    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    _same(ref, res)
+    assert set(runner.pool.futures) == set()
+
+
+def test_weights_reach_the_workers(micro_policy, ray_pool):
+    model, tok, fmt, spec = micro_policy
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.05)
+    algo = _cfg().algo
+    tasks = spec.tasks("train", 2)
+    ray_pool.sync(changed.state_dict())
+    try:
+        runner = W.PathRunner(ray_pool, W.CriticValues(changed, None), ticks=4)
+        res = W.PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, seed=9, group_size=2), tasks, runner)
+    finally:
+        ray_pool.sync(model.state_dict())
+    base = focus_mod.seed_base(torch.Generator().manual_seed(9))
+    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(2)]
+    gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
+    ref_new = run_episodes(HFEngine(changed, fmt.pad_id), fmt, spec, pairs, PARAMS, 512, 4, gens)
+    gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
+    ref_old = run_episodes(HFEngine(model, fmt.pad_id), fmt, spec, pairs, PARAMS, 512, 4, gens)
+    assert [e.token_ids for e in res.episodes] == [e.token_ids for e in ref_new]
+    assert [e.token_ids for e in res.episodes] != [e.token_ids for e in ref_old]
+
+
+def test_killed_worker_mid_step_still_yields_the_same_step(micro_policy, focus_case, ray_pool):
+    import ray
+
+    ref, head, algo, tasks = focus_case
+    killed = []
+
+    def kill_after_second_report(sched):
+        if sched.reports == 2 and not killed:
+            victim = next(w for w in range(2) if any(o == w for o in sched.owner.values()))
+            ray.kill(ray_pool.actors[victim])
+            killed.append(victim)
+
+    before = ray_pool.replaced
+    runner = W.PathRunner(ray_pool, W.CriticValues(micro_policy[0], head), ticks=2,
+                          after_report=kill_after_second_report)
+    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    assert killed and ray_pool.replaced == before + 1
+    _same(ref, res)
