@@ -83,6 +83,16 @@ class RolloutConfig:
     """Episodes decoded concurrently by the engine."""
     budget_tokens: int = 0
     """Cap on generated tokens per step, extra continuations included (0: no cap)."""
+    workers: int = 0
+    """Ray rollout workers, each with its own engine and envs (0: generate in the trainer process)."""
+    ray_address: str = ""
+    """Ray cluster to join with rollout.workers > 0 (empty: start a local Ray)."""
+    worker_gpus: float = 0.0
+    """GPUs per Ray rollout worker (0: CPU workers)."""
+    vllm_gpu_memory: float = 0.4
+    """vllm engine: fraction of the GPU's memory it may take (weights + KV cache)."""
+    vllm_sleep: bool = True
+    """vllm engine: sleep (weights to CPU, KV cache freed) during each update, wake to sync weights."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +228,7 @@ _NON_NEGATIVE = {
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
-    "train.logprob_chunk",
+    "train.logprob_chunk", "rollout.workers", "rollout.worker_gpus",
 }
 _UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {
@@ -245,6 +255,8 @@ def _validate(cfg: RunConfig) -> None:
     for key, choices in _CHOICES.items():
         if flat[key] not in choices:
             raise ConfigError(f"{key} must be one of {', '.join(choices)}, got '{flat[key]}'")
+    if not 0.0 < cfg.rollout.vllm_gpu_memory <= 1.0:
+        raise ConfigError(f"rollout.vllm_gpu_memory must be in (0, 1], got {cfg.rollout.vllm_gpu_memory}")
     if not 0.0 < cfg.rollout.top_p <= 1.0:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
     if cfg.algo.overlong_shaping and cfg.algo.overlong_cache > cfg.rollout.max_tokens:
