@@ -169,7 +169,7 @@ def _depth(fn: str, callee: dict[str, str | None]) -> int:
     return d
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=256)   # about 80 KB per 100-file repository
 def _repo(key: str, n_files: int) -> Repo:
     return make_repo(key, n_files)
 

@@ -219,7 +219,7 @@ class Op:
 def _problem(rng: random.Random, hops: int) -> tuple[str, list[Op], list[Fraction], dict]:
     name = rng.choice(_NAMES)
     continuous = rng.random() < 0.3
-    unit, stuff, box, boxes = rng.choice(_CONTINUOUS if continuous else _DISCRETE)
+    unit, stuff, _, boxes = rng.choice(_CONTINUOUS if continuous else _DISCRETE)
     amount = (lambda n: f"{n} {unit} of {stuff}") if continuous else (lambda n: f"{n} {unit}")
     ops: list[Op] = []
     sentences: list[str] = []
