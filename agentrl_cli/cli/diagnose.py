@@ -1,20 +1,197 @@
-"""agentrl diagnose"""
+"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (METHODS.md §7)."""
 from __future__ import annotations
 
-import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
+
+from .options import ConfigOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt, load_config, user_errors
+
+app = typer.Typer(help="Critic and allocation diagnostics: audit-tree, critic-rank, variance, "
+                       "tool-calls.", no_args_is_help=True, add_completion=False)
+
+JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the results as JSON here.")]
+PngOpt = Annotated[Optional[Path], typer.Option("--png", help="Figure path (default: see the command's help).")]
 
 
-def diagnose_cmd(
-    what: Annotated[str, typer.Argument(help="audit-tree | critic-rank | variance | tool-calls")] = "audit-tree",
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _run_config(run_dir: Path | None, config, sets, **flags):
+    """The config a run was trained with (its config.json), else the usual loader's."""
+    from ..config import load_saved
+
+    if run_dir is not None and (run_dir / "config.json").is_file():
+        return load_saved(run_dir, sets)
+    return load_config(config, sets, **flags)
+
+
+def _outputs(console: Console, png: Path, json_path: Path | None, data: dict) -> None:
+    from ..diagnostics.report import write_json
+
+    if json_path is not None:
+        write_json(json_path, data)
+    console.print(f"figure: {png}" + (f" · json: {json_path}" if json_path else ""), highlight=False)
+
+
+@app.command("audit-tree")
+@user_errors
+def audit_tree_cmd(
+    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Build the audit tree from this checkpoint (or run) on --env instead of the synthetic tree.")] = None,
+    critics: Annotated[str, typer.Option("--critics", help="Comma list of: constant, random, trained (checkpoint with a value head).")] = "constant,random",
+    allocators: Annotated[str, typer.Option("--allocators", help="Comma list of: focus, uniform, random, raw-residual.")] = "focus,uniform,random,raw-residual",
+    budget: Annotated[int, typer.Option("--budget", help="Most continuations spent (reported at 0, 1, 2, 4, ..., budget).", min=1)] = 256,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds averaged over.", min=1)] = 10,
+    tasks: Annotated[int, typer.Option("--tasks", help="Task trees in the audit.", min=1)] = 4,
+    roots: Annotated[int, typer.Option("--roots", help="Root episodes per task (the audit tree).", min=1)] = 2,
+    depth: Annotated[int, typer.Option("--depth", help="Synthetic: turns per episode.", min=1)] = 6,
+    branching: Annotated[int, typer.Option("--branching", help="Synthetic: next states per state.", min=1)] = 3,
+    informative: Annotated[float, typer.Option("--informative", help="Synthetic: chance that a child of an uncertain state stays uncertain (the rest are near-deterministic).", min=0.0, max=1.0)] = 0.15,
+    grow: Annotated[bool, typer.Option("--grow/--fixed", help="Synthetic: states reached by continuations are candidates too (as in training), not just the audit tree's.")] = False,
+    constant: Annotated[str, typer.Option("--constant", help="Value of the constant critic: a number, or 'mean' (the tasks' mean true value).")] = "mean",
+    samples: Annotated[int, typer.Option("--samples", help="Checkpoint: continuations per audit state (its value, and the pool continuations are drawn from).", min=1)] = 16,
+    capacity: Annotated[int, typer.Option("--capacity", help="Continuations running at once.", min=1)] = 1,
+    estimate: Annotated[str, typer.Option("--estimate", help="refined (Eq. 1 refined values) or calibrated (m_n).")] = "refined",
+    kappa: Annotated[Optional[float], typer.Option("--kappa", help="Prior strength (default algo.kappa).")] = None,
+    json_path: JsonOpt = None,
+    png: PngOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    seed: SeedOpt = None,
 ):
-    """Critic and allocation diagnostics (audit tree, critic ranking, variance, tool-call trends).
+    """Value MSE vs continuations for each allocator on an audit tree with known values.
+    Example: agentrl diagnose audit-tree --json audit.json (figure: audit_tree.png)"""
+    from ..config import ConfigError
+    from ..diagnostics.audit import AuditSpec, SyntheticWorld, run_audit
+    from ..diagnostics.report import audit_json, audit_tables, plot_audit
 
-    Not implemented yet: this command arrives with the diagnostics capability. It prints nothing
-    fake; it exits with code 2.
-    """
-    print(f"error: 'agentrl diagnose {what}' is not available yet in this version "
-          "(it arrives with the diagnostics capability)", file=sys.stderr)
-    raise typer.Exit(2)
+    console = Console()
+    run_dir = None
+    if checkpoint is not None:
+        from ..train.checkpoint import find
+        ckpt = find(checkpoint)
+        run_dir = ckpt.parent.parent
+    cfg = _run_config(run_dir, config, set_, env=env, model=model, seed=seed)
+    try:
+        const = None if constant == "mean" else float(constant)
+    except ValueError:
+        raise ConfigError(f"--constant must be a number or 'mean', got '{constant}'") from None
+    if estimate not in ("refined", "calibrated"):
+        raise ConfigError(f"--estimate must be refined or calibrated, got '{estimate}'")
+    spec = AuditSpec(critics=_names(critics), allocators=_names(allocators), max_budget=budget,
+                     roots=roots, seeds=seeds, kappa=cfg.algo.kappa if kappa is None else kappa,
+                     gamma=cfg.algo.gamma, gain_kind=cfg.algo.focus_gain,
+                     max_inflight=cfg.algo.focus_max_inflight, capacity=capacity,
+                     constant=const, estimate=estimate)
+    if checkpoint is None:
+        if "trained" in spec.critics:
+            raise ConfigError("the 'trained' critic needs --checkpoint")
+        shape = dict(depth=depth, branching=branching, informative=informative)
+        world_seed = cfg.seed
+
+        def make_world(s):
+            return SyntheticWorld.make(world_seed * 100_003 + s, tasks=tasks, grow=grow, **shape)
+        title = f"synthetic audit tree (depth {depth}, branching {branching}, {tasks} tasks x {roots} roots)"
+    else:
+        from ..diagnostics.audit_env import EnvWorld
+        from ..diagnostics.mc import load_checkpoint_policy
+
+        pol = load_checkpoint_policy(cfg, ckpt)
+        if "trained" in spec.critics and pol.value_head is None:
+            raise ConfigError(f"{ckpt} has no value head: drop 'trained' from --critics")
+        console.print(f"building the audit tree: {tasks} tasks x {roots} root episodes, {samples} "
+                      f"continuations per state ...", highlight=False)
+        world = EnvWorld(pol, tasks, roots, samples, seed=cfg.seed)
+        console.print(f"{world.n_states} audit states, {world.n_continuations} continuations",
+                      highlight=False)
+
+        def make_world(s):
+            return world
+        title = f"{cfg.env.name} audit tree ({ckpt.name}, {world.n_states} states)"
+    res = run_audit(make_world, spec)
+    for t in audit_tables(res, title):
+        console.print(t)
+    png = png or Path("audit_tree.png")
+    plot_audit(res, png, title)
+    _outputs(console, png, json_path, audit_json(res))
+
+
+@app.command("critic-rank")
+@user_errors
+def critic_rank_cmd(
+    run: Annotated[Path, typer.Option("--run", help="Run folder whose checkpoints/step-N/ have a critic.")],
+    episodes: Annotated[int, typer.Option("--episodes", help="Episodes per checkpoint (one per held-out task).", min=1)] = 8,
+    continuations: Annotated[int, typer.Option("--continuations", help="Fresh continuations per state (its Monte-Carlo value).", min=1)] = 16,
+    json_path: JsonOpt = None,
+    png: PngOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    seed: SeedOpt = None,
+):
+    """Spearman correlation of the critic with Monte-Carlo state values, per checkpoint.
+    Example: agentrl diagnose critic-rank --run runs/focus0 (figure: RUN/critic_rank.png)"""
+    from ..diagnostics.critic_rank import critic_rank
+    from ..diagnostics.report import critic_rank_table, plot_critic_rank
+
+    console = Console()
+    cfg = _run_config(run, config, set_, seed=seed)
+    res = critic_rank(cfg, run, episodes, continuations, seed=0 if seed is None else seed,
+                      log=lambda s: console.print(s, highlight=False))
+    console.print(critic_rank_table(res))
+    png = png or run / "critic_rank.png"
+    plot_critic_rank(res, png)
+    _outputs(console, png, json_path, res)
+
+
+@app.command("variance")
+@user_errors
+def variance_cmd(
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", help="Checkpoint (or run: its latest) with a critic.")],
+    episodes: Annotated[int, typer.Option("--episodes", help="Episodes sampled on held-out tasks.", min=1)] = 64,
+    json_path: JsonOpt = None,
+    png: PngOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    seed: SeedOpt = None,
+):
+    """MPO's decomposition of within-episode critic variance into between- and within-turn parts.
+    Example: agentrl diagnose variance --checkpoint runs/mpo0 (figure: variance.png)"""
+    from ..diagnostics.report import plot_variance, variance_table
+    from ..diagnostics.variance import variance_report
+    from ..train.checkpoint import find
+
+    console = Console()
+    ckpt = find(checkpoint)
+    cfg = _run_config(ckpt.parent.parent, config, set_, seed=seed)
+    res = variance_report(cfg, ckpt, episodes, seed=0 if seed is None else seed)
+    console.print(variance_table(res))
+    png = png or Path("variance.png")
+    plot_variance(res, png)
+    _outputs(console, png, json_path, res)
+
+
+@app.command("tool-calls")
+@user_errors
+def tool_calls_cmd(
+    run: Annotated[Path, typer.Option("--run", help="Run folder (reads its metrics.jsonl).")],
+    window: Annotated[int, typer.Option("--window", help="Trailing-mean window and the sustained-drop length, in steps.", min=1)] = 5,
+    drop: Annotated[float, typer.Option("--drop", help="Collapse: tool calls below (1 - drop) x their peak.", min=0.01, max=0.99)] = 0.5,
+    json_path: JsonOpt = None,
+    png: PngOpt = None,
+):
+    """Tool calls per episode over training, flagging a tool-call collapse.
+    Example: agentrl diagnose tool-calls --run runs/grpo0 (figure: RUN/tool_calls.png)"""
+    from ..diagnostics.report import plot_tool_calls, tool_calls_table
+    from ..diagnostics.tool_calls import tool_call_trend
+
+    console = Console()
+    res = tool_call_trend(run, window, drop)
+    console.print(tool_calls_table(res))
+    png = png or run / "tool_calls.png"
+    plot_tool_calls(res, png)
+    _outputs(console, png, json_path, res)

@@ -17,7 +17,7 @@ app = typer.Typer(
 app.command("train")(train.train_cmd)
 app.command("rollout")(rollout.rollout_cmd)
 app.command("eval")(evaluate.eval_cmd)
-app.command("diagnose")(diagnose.diagnose_cmd)
+app.add_typer(diagnose.app, name="diagnose")
 app.command("ablate")(ablate.ablate_cmd)
 app.command("benchmarks")(benchmarks.benchmarks_cmd)
 

@@ -114,6 +114,23 @@ def _raw_residual(cands: list[Node], rng: random.Random) -> Node:
     return max(cands, key=lambda nd: abs((0.5 if nd.v is None else nd.v) - nd.cbar))
 
 
+def pick_continuation(trees: list[Tree], allocate: Callable[[list[Node], random.Random], Node | None],
+                      rng: random.Random, max_inflight: int) -> tuple[Tree, Node] | None:
+    """The allocation decision: the (tree, node) to launch the next continuation from, or None.
+
+    Candidates are non-terminal, resumable nodes with at least one completed leaf below them and
+    fewer than `max_inflight` of their own continuations running; `allocate` (one of
+    `ALLOCATORS`) picks among them. Shared by the rollout runner and the audit-tree diagnostic
+    (`diagnostics.audit`), so both make exactly the same choice from the same tree state.
+    """
+    cands = [(tree, nd) for tree in trees for nd in tree.nodes
+             if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < max_inflight]
+    pick = allocate([nd for _, nd in cands], rng) if cands else None
+    if pick is None:
+        return None
+    return next((t, nd) for t, nd in cands if nd is pick)
+
+
 # ----------------------------------------------------------------------------- the runner
 
 
@@ -234,17 +251,13 @@ class FocusRunner:
             self._launch_root(self.root_queue.pop(0))
         if self.root_queue:
             return
-        cap = self.algo.focus_max_inflight
         while len(self.active) < self.capacity and self._budget_left():
             t0 = time.perf_counter()
-            cands = [(tree, nd) for tree in self.trees for nd in tree.nodes
-                     if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < cap]
-            pick = self.allocate([nd for _, nd in cands], self.rng) if cands else None
+            pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
             self.t_book += time.perf_counter() - t0
             if pick is None:
                 break
-            tree = next(t for t, nd in cands if nd is pick)
-            self._launch_from(tree, pick)     # env restore + KV fork: engine time, not bookkeeping
+            self._launch_from(*pick)          # env restore + KV fork: engine time, not bookkeeping
 
     # -- tree bookkeeping ----------------------------------------------------------------------
 

@@ -1,0 +1,169 @@
+"""Monte-Carlo values of segment-boundary states on a real env, and critic values on episodes.
+
+Shared by the diagnostics that need a policy: the audit tree on a checkpoint, critic ranking
+and the variance decomposition.
+
+- `load_checkpoint_policy`: the policy of a checkpoint (or of `cfg.model`) with its value head
+  (the critic stored in `trainer_state.pt`, None for a critic-free method).
+- `sample_episodes`: episodes with the env snapshotted at every state `s_k` the policy acts
+  from (the runner's `on_state` hook): `s_k` is the episode's first `turns[k].start` tokens.
+- `continue_from`: fresh on-policy continuations from stored states: a new env restored from the
+  snapshot, the exact token prefix as the prompt (token-in, token-out), the batched runner.
+- `critic_at_states`, `critic_at_tokens`: value-head outputs at `s_k` / at every policy token
+  (`V_{t,i}` = the value of the state before token i of turn t, as the trainer computes it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from ..envs.base import Task
+from ..types import Episode
+
+
+@dataclass
+class Policy:
+    cfg: RunConfig
+    model: Any
+    fmt: Any
+    spec: Any                      # EnvSpec
+    engine: Any
+    params: Any                    # SamplingParams
+    value_head: torch.nn.Module | None
+    name: str                      # what was loaded (checkpoint folder or model name)
+
+
+def load_value_head(ckpt: Path, hidden_size: int) -> torch.nn.Module | None:
+    """The critic head stored with a checkpoint, or None (critic-free method)."""
+    from ..train import checkpoint
+
+    state = checkpoint.load_state(ckpt).get("value_head")
+    if state is None:
+        return None
+    head = torch.nn.Linear(hidden_size, 1)
+    head.load_state_dict(state)
+    return head.eval()
+
+
+def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Policy:
+    """The policy (and critic) of checkpoint `ckpt` (a checkpoint folder, or a run folder: its
+    latest checkpoint), or of `cfg.model` when `ckpt` is None (no critic then)."""
+    import dataclasses
+
+    from ..engines.hf import ENGINES, SamplingParams
+    from ..models.loading import load_policy
+    from ..train import checkpoint
+    from ..train.loop import make_spec
+
+    head_dir = None
+    if ckpt is not None:
+        head_dir = checkpoint.find(ckpt)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
+    model, _, fmt, path = load_policy(cfg, log=lambda s: None)
+    head = load_value_head(head_dir, model.config.hidden_size) if head_dir else None
+    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
+    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+    return Policy(cfg, model, fmt, make_spec(cfg), engine, params, head, str(head_dir or path))
+
+
+@dataclass
+class BoundaryState:
+    """State s_k of an episode: the context before its turn k."""
+
+    episode: int                  # index of the episode it was recorded on
+    k: int
+    task: Task
+    group: int
+    prefix: list[int]             # the episode's first turns[k].start tokens
+    snapshot: Any                 # env snapshot at that state
+
+
+def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
+                    ) -> tuple[list[Episode], list[list[BoundaryState]]]:
+    """One episode per (task, group) pair, and per episode its states s_0..s_{T-1}."""
+    from ..rollout.controllers import RolloutContext, shape_rewards
+    from ..rollout.runner import run_episodes
+
+    snaps: dict[int, list[tuple[int, Any]]] = {}
+
+    def record(ep, env):
+        snaps.setdefault(id(ep), []).append((len(ep.token_ids), env.snapshot()))
+
+    c = pol.cfg.rollout
+    eps = run_episodes(pol.engine, pol.fmt, pol.spec, pairs, pol.params, c.max_tokens,
+                       c.batch_size, torch.Generator().manual_seed(seed), on_state=record)
+    shape_rewards(eps, RolloutContext(pol.engine, pol.fmt, pol.spec, pol.params, 1, c.max_tokens,
+                                      c.batch_size, 0, None, algo=pol.cfg.algo))
+    states: list[list[BoundaryState]] = []
+    for b, (ep, (task, group)) in enumerate(zip(eps, pairs)):
+        row = []
+        recorded = snaps.get(id(ep), [])
+        for k, turn in enumerate(ep.turns):
+            length, snap = recorded[k]
+            if length != turn.start:
+                raise RuntimeError(f"state {k} of episode {b} is at token {length}, turn starts at {turn.start}")
+            row.append(BoundaryState(b, k, task, group, ep.token_ids[:turn.start], snap))
+        states.append(row)
+    return eps, states
+
+
+def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -> list[list[Episode]]:
+    """`n` fresh continuations from each state (batched `rollout.batch_size` at a time)."""
+    from ..rollout.controllers import RolloutContext, shape_rewards
+    from ..rollout.runner import _Live, drive_batch, new_episode
+
+    jobs = [i for i in range(len(states)) for _ in range(n)]
+    out: list[list[Episode]] = [[] for _ in states]
+    gen = torch.Generator().manual_seed(seed)
+    c = pol.cfg.rollout
+    for b in range(0, len(jobs), c.batch_size):
+        lives, chunks, which = [], [], []
+        for i in jobs[b:b + c.batch_size]:
+            st = states[i]
+            env = pol.spec.make()
+            env.restore(st.snapshot)
+            lives.append(_Live(new_episode(st.task, st.group, st.prefix), env))
+            chunks.append(list(st.prefix))
+            which.append(i)
+        done = drive_batch(pol.engine, pol.fmt, lives, chunks, pol.params, c.max_tokens, gen)
+        for i, ep in zip(which, done):
+            out[i].append(ep)
+    ctx = RolloutContext(pol.engine, pol.fmt, pol.spec, pol.params, 1, c.max_tokens,
+                         c.batch_size, 0, gen, algo=pol.cfg.algo)
+    for eps in out:  # the reward the trainer would see (DAPO overlong shaping, when on)
+        shape_rewards(eps, ctx)
+    return out
+
+
+@torch.no_grad()
+def _values(pol: Policy, episodes: list[Episode]) -> torch.Tensor:
+    from ..train.batch import collate, forward, microbatches, trim
+
+    if pol.value_head is None:
+        raise ConfigError(f"{pol.name} has no critic (value head); use a checkpoint of a method "
+                          "that trains one (ppo, mpo, focus)")
+    batch = collate(episodes, pol.fmt.pad_id)
+    vals = torch.zeros(batch.input_ids.shape)
+    for rows in microbatches(batch, pol.cfg.train.max_tokens_per_microbatch):
+        mb = trim(batch.select(rows))
+        _, v = forward(pol.model, pol.value_head, mb, pol.cfg.rollout.temperature)
+        vals[rows, :v.shape[1]] = v.float()
+    return vals
+
+
+def critic_at_states(pol: Policy, episodes: list[Episode], first_turn: int = 0) -> list[list[float]]:
+    """Per episode [V(s_k) for k = first_turn..T-1], V(s_k) at the start of turn k."""
+    if not episodes:
+        return []
+    vals = _values(pol, episodes)
+    return [[float(vals[b, t.start]) for t in ep.turns[first_turn:]] for b, ep in enumerate(episodes)]
+
+
+def critic_at_tokens(pol: Policy, episodes: list[Episode]) -> list[list[list[float]]]:
+    """Per episode, per turn, V_{t,i} at each of the turn's policy tokens."""
+    vals = _values(pol, episodes)
+    return [[vals[b, t.start:t.end].tolist() for t in ep.turns] for b, ep in enumerate(episodes)]
