@@ -27,7 +27,8 @@ from typing import Callable
 
 import torch
 
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
+BUILD_THREADS = 2
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -159,6 +160,18 @@ def make_model(recipe: TinyRecipe, vocab_size: int):
 
 
 def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
+    """Build on a fixed number of torch threads (`BUILD_THREADS`): float reductions depend on
+    the thread count, so fixing it makes the same recipe give the same model on any machine
+    (a laptop defaults to more threads than a 2-core CI box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        return _build_tiny(recipe, out, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
     from ..engines.hf import HFEngine, SamplingParams
     from ..rollout.runner import run_episodes, run_expert
     from .chat import ChatFormat
