@@ -19,15 +19,18 @@ import torch
 from .. import losses
 from ..config import RunConfig
 from ..credit.estimators import ESTIMATORS
-from ..engines.hf import ENGINES, SamplingParams
+from ..engines import build_engine, check_engine
+from ..engines.hf import SamplingParams
 from ..envs import ENVS
 from ..evaluation.runner import evaluate
 from ..methods import METHODS
 from ..models.loading import load_policy
 from ..reporting.metrics import MetricsLog, plot_learning_curve
-from ..rollout.controllers import CONTROLLERS, RolloutContext
+from ..rollout.controllers import RolloutContext
+from ..rollout.workers import open_rollouts
 from . import checkpoint
 from .batch import Batch, collate, forward, microbatches, trim
+from .distributed import Local, from_env
 from .prepare import PREPARERS
 from .update import POLICY_LOSSES
 
@@ -70,9 +73,10 @@ class Learner:
     reference: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     params: list = field(default_factory=list)
+    comm: Local = field(default_factory=Local)  # data-parallel collectives (no-ops in one process)
 
 
-def build_learner(cfg: RunConfig, model) -> Learner:
+def build_learner(cfg: RunConfig, model, comm: Local | None = None) -> Learner:
     recipe = METHODS.get(cfg.method)
     value_head = None
     if recipe.critic:
@@ -88,7 +92,9 @@ def build_learner(cfg: RunConfig, model) -> Learner:
     params = list(model.parameters()) + (list(value_head.parameters()) if value_head else [])
     opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                             betas=(0.9, 0.99))
-    return Learner(model, value_head, reference, opt, params)
+    comm = comm or Local()
+    comm.broadcast_params(params)
+    return Learner(model, value_head, reference, opt, params, comm)
 
 
 @torch.no_grad()
@@ -129,15 +135,19 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
         for k in range(tr.minibatches):
             rows = order[k::tr.minibatches]
             mbatch = batch.select(rows)
-            n_tok = float(mbatch.response_mask.sum().clamp(min=1))
-            n_val = float(mbatch.value_mask.sum().clamp(min=1)) if mbatch.value_mask is not None else 1.0
+            # loss weights divide by the minibatch's counts over all data-parallel ranks
+            n_tok, n_val, n_rows = learner.comm.all_sum([
+                float(mbatch.response_mask.sum()),
+                float(mbatch.value_mask.sum()) if mbatch.value_mask is not None else 1.0,
+                float(len(rows))])
+            n_tok, n_val = max(n_tok, 1.0), max(n_val, 1.0)
             learner.optimizer.zero_grad(set_to_none=True)
             stats: dict[str, float] = {}
             for micro in microbatches(mbatch, tr.max_tokens_per_microbatch):
                 m = trim(mbatch.select(micro))
                 # token-mean: micro-batch mean x its share of tokens = the minibatch token mean
                 weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
-                          else len(micro) / len(rows))
+                          else len(micro) / n_rows)
                 lp, values = forward(learner.model, learner.value_head, m, cfg.rollout.temperature,
                                      tr.logprob_chunk)
                 loss, st = policy_loss(lp, m, algo)
@@ -157,6 +167,8 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 st["loss/policy"] = loss.detach()
                 for key, v in st.items():
                     stats[key] = stats.get(key, 0.0) + float(v) * weight
+            learner.comm.reduce_grads(learner.params)
+            stats = learner.comm.sum_dict(stats)
             if tr.grad_clip > 0:
                 gn = torch.nn.utils.clip_grad_norm_(learner.params, tr.grad_clip)
                 stats["grad_norm"] = float(gn)
@@ -172,18 +184,24 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
           log: Callable[[str], None] = print, progress=None) -> dict:
     """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json)."""
     t_start = time.time()
+    check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
+    comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
+    if not comm.is_main:
+        log, progress = (lambda s: None), None
+    out = Path(comm.on_main(str, out))
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    model, tok, fmt, model_path = load_policy(cfg, log)
+    model, tok, fmt, model_path = comm.first(lambda: load_policy(cfg, log))
     spec = make_spec(cfg)
-    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
-    controller = CONTROLLERS.get(cfg.algo.controller)
+    engine = build_engine(cfg, model, fmt)
     estimator = ESTIMATORS.get(cfg.algo.estimator)
-    learner = build_learner(cfg, model)
+    learner = build_learner(cfg, model, comm)
+    rollouts = open_rollouts(cfg, engine, fmt, spec, model, learner.value_head, out, log)
     sampler = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step)
     eval_tasks = spec.tasks("eval", cfg.train.eval_tasks)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    if comm.is_main:
+        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
 
     def run_eval(step: int) -> dict:
         return evaluate(engine, fmt, spec, eval_tasks, cfg.train.eval_samples, params,
@@ -202,16 +220,19 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             learner.value_head.load_state_dict(state["value_head"])
         learner.optimizer.load_state_dict(state["optimizer"])
         start_step, base, tokens_total = state["step"], state["base_eval"], state["tokens_total"]
-        metrics.truncate_after(start_step)
+        if comm.is_main:
+            metrics.truncate_after(start_step)
         log(f"resumed from {ckpt} at step {start_step}")
     else:
-        metrics.reset()
-        base = run_eval(0)
-        metrics.write({"step": 0, "eval/success": base["mean@1"],
-                       "eval/tokens_per_question": base["tokens_per_question"],
-                       "eval/tool_calls": base["tool_calls"]})
+        base = comm.on_main(run_eval, 0)
+        if comm.is_main:
+            metrics.reset()
+            metrics.write({"step": 0, "eval/success": base["mean@1"],
+                           "eval/tokens_per_question": base["tokens_per_question"],
+                           "eval/tool_calls": base["tool_calls"]})
         log(f"base held-out success {base['mean@1']:.3f}")
     last_eval = base
+    rollouts.sync(model)                  # the engine / workers start from the trainer's weights
     if progress:
         progress.start(cfg.train.steps, start_step)
     for step in range(start_step + 1, cfg.train.steps + 1):
@@ -219,10 +240,10 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         # 1. rollout
         ctx = RolloutContext(engine, fmt, spec, params, cfg.rollout.group_size,
                              cfg.rollout.max_tokens, cfg.rollout.batch_size,
-                             cfg.rollout.budget_tokens,
-                             torch.Generator().manual_seed(step_seed(cfg.seed, step)),
+                             -(-cfg.rollout.budget_tokens // comm.world),
+                             torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
                              algo=cfg.algo, value_head=learner.value_head)
-        result = controller(ctx, sampler.for_step(step))
+        result = rollouts.run(ctx, comm.share(sampler.for_step(step)))
         eps = result.episodes
         t_roll = time.time() - t0
         # 2. credit
@@ -235,7 +256,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         batch.advantages, batch.returns, batch.value_mask = credit.advantages, credit.returns, credit.value_mask
         # 3. update
         stats = update(learner, batch, cfg, step)
-        tokens_total += result.tokens
+        rollouts.sync(model)              # new weights to the engine / workers
         mask = batch.response_mask.bool()
         row = {
             "step": step,
@@ -254,15 +275,19 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             **stats,
             **result.extras.get("metrics", {}),
         }
+        row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s"))  # others: mean over ranks
+        tokens_total += row["rollout/tokens"]
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 or step == cfg.train.steps:
-            last_eval = run_eval(step)
+            last_eval = comm.on_main(run_eval, step)
             row.update({"eval/success": last_eval["mean@1"],
                         "eval/tokens_per_question": last_eval["tokens_per_question"],
                         "eval/tool_calls": last_eval["tool_calls"]})
-        metrics.write(row)
+        if comm.is_main:
+            metrics.write(row)
         if progress:
             progress.update(step, row, last_eval["mean@1"])
-        if cfg.train.save_every and step % cfg.train.save_every == 0 or step == cfg.train.steps:
+        if comm.is_main and (cfg.train.save_every and step % cfg.train.save_every == 0
+                             or step == cfg.train.steps):
             checkpoint.save(out, step, model, tok, {
                 "step": step, "optimizer": learner.optimizer.state_dict(),
                 "value_head": learner.value_head.state_dict() if learner.value_head else None,
@@ -270,6 +295,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             })
     if progress:
         progress.stop()
+    rollouts.close()
+    comm.check_same(learner.params)
     summary = {
         "method": cfg.method, "env": cfg.env.name, "model": cfg.model.name, "seed": cfg.seed,
         "base_success": base["mean@1"], "final_success": last_eval["mean@1"],
@@ -280,8 +307,11 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         "eval_tasks": len(eval_tasks), "eval_samples": cfg.train.eval_samples,
         "model_path": model_path,
     }
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(out / "summary.json")
-    plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png", title=f"{cfg.method} on {cfg.env.name}")
+    if comm.is_main:
+        tmp = out / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.replace(out / "summary.json")
+        plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png",
+                            title=f"{cfg.method} on {cfg.env.name}")
+    comm.close()
     return summary
