@@ -189,7 +189,7 @@ def _rows(folder: Path, split: str) -> list[dict]:
         import datasets
     except ImportError:
         raise ConfigError(f"no {split}.jsonl in {folder}, and reading other formats needs the "
-                          "`datasets` package: pip install datasets") from None
+                          "`datasets` package: pip install -e '.[data]'") from None
     parquet = sorted(folder.glob(f"{split}*.parquet")) or sorted(folder.glob(f"{split}/*.parquet"))
     if parquet:
         return list(datasets.load_dataset("parquet", data_files=[str(f) for f in parquet],
