@@ -125,6 +125,20 @@ def test_sink_sdpa_builds_only_block_local_masks(monkeypatch):
     assert seen == [((1, 2, L + 1, 9), (1, 2, L + 1, 9), None)]  # one fused causal call, no mask
 
 
+@pytest.mark.parametrize("window", [None, 16])
+def test_sink_sdpa_runs_on_the_fused_kernel(window):
+    """Forward and backward pass with SDPA restricted to its fused (flash) CPU kernel: the
+    math fallback, which builds the [L, L] score matrix, would raise here."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v, sinks = _inputs(1, 4, 2, 96, 96, 8)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        out, _ = A.sink_sdpa_attention(_module(q, k), q, k, v, None, sliding_window=window,
+                                       s_aux=sinks, block_size=32)
+        out.square().sum().backward()
+    assert sinks.grad is not None and torch.isfinite(q.grad).all()
+
+
 def test_without_sinks_it_is_plain_causal_attention():
     q, k, v, _ = _inputs(2, 4, 2, 40, 40, 8)
     ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),

@@ -12,8 +12,9 @@ context. Two implementations keep the sink exactly without that matrix:
   on CPU it runs forward only (PyTorch has no FlexAttention backward on CPU).
 - `sink_sdpa` (CPU-trainable, any device): fused `scaled_dot_product_attention` with **one
   extra key** that carries the sink: queries get one extra feature equal to `sink_h`, the extra
-  key is `(0, ..., 0, 1/scale)` with a zero value, real keys get a 0 in that feature. Its score
-  is therefore exactly `sink_h`, gradients reach the sink through the query feature, and the
+  key is `(0, ..., 0, 1/scale)` with a zero value, real keys get a 0 in that feature (values
+  get a zero feature as well: the fused kernel needs equal widths). The sink's score is
+  therefore exactly `sink_h`, gradients reach the sink through the query feature, and its
   value is zero. Full-attention layers run as one causal call (a zero dummy query in front
   keeps SDPA's top-left causal alignment right); sliding-window layers run over query blocks, so
   only block-local `[block, block + w]` boolean masks ever exist.
@@ -72,7 +73,9 @@ def _sink_features(q, k, v, sinks, scale):
     sink_key = torch.zeros(B, Hk, 1, D + 1, dtype=k.dtype, device=k.device)
     sink_key[..., -1] = 1.0 / scale
     k = torch.cat([sink_key, torch.cat([k, k.new_zeros(B, Hk, Lk, 1)], dim=-1)], dim=2)
-    v = torch.cat([v.new_zeros(B, Hk, 1, v.shape[-1]), v], dim=2)
+    # values get a zero feature too: SDPA's fused CPU kernel needs equal q/k/v widths
+    v = torch.cat([v, v.new_zeros(B, Hk, Lk, 1)], dim=-1)
+    v = torch.cat([v.new_zeros(B, Hk, 1, D + 1), v], dim=2)
     return q, k, v
 
 
@@ -148,6 +151,8 @@ def sink_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
                 vb = torch.cat([v[:, :, :1], vb], dim=2)
             parts.append(_sdpa(q[:, :, s:e], kb, vb, mask, scale, dropout))
         out = torch.cat(parts, dim=2)
+    if has_sink:
+        out = out[..., :D]  # drop the values' zero feature
     return out.transpose(1, 2).contiguous(), None
 
 
