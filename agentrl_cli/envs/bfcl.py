@@ -113,7 +113,8 @@ def load_entries(category: str) -> tuple[dict, ...]:
         raise ConfigError(f"unknown BFCL category '{category}'; valid: {', '.join(CATEGORIES)}")
     data = _package_dir() / "data"
     questions = _read_jsonl(_data_file(data, category))
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(_data_file(data / "possible_answer", category))}
+    answer_file = _data_file(data / "possible_answer", category)
+    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(answer_file)}
     out = []
     for q in questions:
         e = copy.deepcopy(q)
@@ -363,13 +364,15 @@ class BfclEnv:
         if self.task is None or self.done:
             why = "call reset() first" if self.task is None else "the episode is over"
             return StepResult(f"error: {why}", 0.0, bool(s and s["terminated"]),
-                              bool(s and s["truncated"]), {"tool": None, "error": True, "success": False})
+                              bool(s and s["truncated"]),
+                              {"tool": None, "error": True, "success": False})
         s["steps"] += 1
         info: dict[str, Any] = {"turn": s["turn"], "steps": s["steps"]}
         try:
             calls = parse_calls(action if isinstance(action, str) else "")
         except ValueError as e:
-            calls, error = [], f"error: {e}. Write [func(param=value), ...] or reply in plain text to end the turn."
+            calls, error = [], (f"error: {e}. Write [func(param=value), ...] or reply in plain "
+                                "text to end the turn.")
         else:
             error = None
         if calls is None:  # no call: the user turn ends
@@ -385,12 +388,14 @@ class BfclEnv:
             obs = results[0] if len(calls) == 1 else "\n".join(
                 f"{c} -> {r}" for c, r in zip(calls, results))
             info.update(tool=calls[0].name, calls=len(calls), error=False)
-        s["history"].append({"action": action, "kind": "error" if error else "calls", "observation": obs})
+        s["history"].append({"action": action, "kind": "error" if error else "calls",
+                             "observation": obs})
         if s["turn_steps"] > self.max_turns:  # BFCL: force-terminated, the whole entry fails
             s["truncated"] = True
             if s["failure"] is None:
                 s["failure"] = {"error_type": "multi_turn:force_terminated",
-                                "error_message": f"more than {self.max_turns} call messages in turn {s['turn']}"}
+                                "error_message": f"more than {self.max_turns} call messages "
+                                                 f"in turn {s['turn']}"}
             info.update(success=False, failure=s["failure"]["error_type"])
             return StepResult(obs, 0.0, False, True, info)
         return StepResult(obs, 0.0, False, False, info)
