@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,6 +26,8 @@ def train_cmd(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default runs/<time>-<method>-<env>).")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
+    rollout_workers: Annotated[Optional[int], typer.Option("--rollout-workers", help="Ray rollout workers, each with its own engine and envs (--set rollout.workers=N; 0: in process).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one (--set rollout.ray_address=...).")] = None,
 ):
     """Train an agent. Example: agentrl train --method focus --seed 0 --set train.steps=40"""
     from ..config import load_saved
@@ -32,6 +35,8 @@ def train_cmd(
     from ..train.loop import train
 
     sets = list(set_ or []) + ([f"train.steps={steps}"] if steps is not None else [])
+    sets += [f"rollout.workers={rollout_workers}"] if rollout_workers is not None else []
+    sets += [f"rollout.ray_address={ray_address}"] if ray_address is not None else []
     if resume is not None:
         run_dir = resume if (resume / "config.json").is_file() else resume.parent.parent
         cfg = load_saved(run_dir, sets)
@@ -41,7 +46,7 @@ def train_cmd(
                           engine=engine, seed=seed, out=out)
         out_dir = default_out(cfg)
         cfg = dataclasses.replace(cfg, out=str(out_dir))
-    console = Console()
+    console = Console(quiet=int(os.environ.get("RANK", "0")) > 0)  # torchrun: rank 0 speaks
     console.print(f"[bold]agentrl train[/] method={cfg.method} env={cfg.env.name} model={cfg.model.name} "
                   f"seed={cfg.seed} -> {out_dir}", highlight=False)
     summary = train(cfg, out_dir, resume=str(resume) if resume else None,
