@@ -5,8 +5,9 @@ layer, a small MoE, vocabulary 8192) takes one step on a single sequence of 1k-8
 loss = mean next-token log-prob, computed exactly as the trainer does
 (`agentrl_cli.models.sequences`). Compared, side by side in one run:
 
-- attention: `eager` (transformers' gpt-oss path, the only stock one that keeps the sinks;
-  it builds the [heads, L, L+1] score matrix) vs `sink_sdpa` (CPU) / `sink_flex` (CUDA);
+- attention: `eager` (transformers' gpt-oss default, which keeps the sinks by building the
+  [heads, L, L+1] score matrix; stock `sdpa` is refused for gpt-oss as it would drop them) vs
+  `sink_sdpa` (CPU and CUDA) and `sink_flex` (CUDA);
 - log-probs: `plain` (all L x vocab logits at once) vs `chunked` (512 tokens at a time,
   recomputed in backward: `train.logprob_chunk`).
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import json
 import os
 import resource
@@ -110,11 +112,9 @@ def measure_cpu(args, length: int, attention: str, logprobs: str) -> dict:
 
 def run_cpu(args, configs):
     """Each configuration in a forked child (imports paid once, memory marks per child)."""
-    import torch  # noqa: F401  (imported before forking, with no compute done here)
-    import transformers.models.gpt_oss.modeling_gpt_oss  # noqa: F401
-
-    import agentrl_cli.models.attention  # noqa: F401
-    import agentrl_cli.models.sequences  # noqa: F401
+    for name in ("torch", "transformers.models.gpt_oss.modeling_gpt_oss",
+                 "agentrl_cli.models.attention", "agentrl_cli.models.sequences"):
+        importlib.import_module(name)  # once, before forking (no torch compute happens here)
 
     try:  # M_MMAP_THRESHOLD = -3: big allocations are mmapped, and unmapped when freed
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)
@@ -149,7 +149,6 @@ def run_cuda(args, configs):
     import torch
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    torch.backends.cuda.matmul.allow_tf32 = True
     total = torch.cuda.get_device_properties(0).total_memory
     models = {}
     rows = []
@@ -175,6 +174,9 @@ def run_cuda(args, configs):
             row.update(status="ok", time_s=time.perf_counter() - t0)
         except torch.OutOfMemoryError:
             row.update(status="OOM", time_s=float("nan"))
+        except Exception as e:  # noqa: BLE001  (a broken configuration must not hide the others)
+            first = (str(e).splitlines() or [""])[0]
+            row.update(status=f"error: {type(e).__name__}: {first[:80]}", time_s=float("nan"))
         row["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
         torch.cuda.set_per_process_memory_fraction(1.0)
         rows.append({"length": length, "attention": attention, "logprobs": logprobs, **row})

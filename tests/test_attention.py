@@ -159,12 +159,26 @@ def test_sink_flex_forward_equals_eager_on_cpu(name):
     torch.testing.assert_close(out, ref, **TOL)
 
 
+def _gpu_case(name):
+    """The CPU case with head_dim 16 (GPU kernels' smallest comfortable width)."""
+    B, H, Hk, Lq, Lk, _, window, block = CASES[name]
+    return (B, H, Hk, Lq, Lk, 16, window, block)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", ["causal", "window-chunked", "decode-window"])
 def test_sink_flex_equals_eager_on_gpu(name):
     torch.backends.cuda.matmul.allow_tf32 = False
-    _check_fwd_bwd(A.sink_flex_attention, CASES[name], device="cuda")
+    _check_fwd_bwd(A.sink_flex_attention, _gpu_case(name), device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["causal", "window-chunked", "decode-window"])
+def test_sink_sdpa_equals_eager_on_gpu(name):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    _check_fwd_bwd(A.sink_sdpa_attention, _gpu_case(name), device="cuda", block_size=CASES[name][-1])
 
 
 @pytest.mark.gpu
@@ -176,13 +190,13 @@ def test_sink_flex_long_sequence_on_gpu():
 
 
 # ------------------------------------------------------------------------- whole model
-def tiny_gpt_oss(attn: str = "eager", window: int = 8, seed: int = 0):
+def tiny_gpt_oss(attn: str = "eager", window: int = 8, seed: int = 0, head_dim: int = 8):
     """A two-layer gpt-oss (sliding + full attention, sinks, MoE) small enough for CPU tests."""
     from transformers import GptOssConfig, GptOssForCausalLM
 
     torch.manual_seed(seed)
     cfg = GptOssConfig(vocab_size=128, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
                        sliding_window=window, num_local_experts=2, num_experts_per_tok=1,
                        layer_types=["sliding_attention", "full_attention"],
                        attn_implementation=attn)
@@ -217,6 +231,32 @@ def test_tiny_gpt_oss_logits_equal_eager(attention):
     assert set(grads) == set(ref_grads) and any("sinks" in n for n in grads)
     for n in grads:
         torch.testing.assert_close(grads[n], ref_grads[n], **TOL, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("attention", ["sink_flex", "sink_sdpa"])
+def test_tiny_gpt_oss_equals_eager_on_gpu(attention):
+    """Whole model on CUDA: logits and every parameter's gradient; then left padding, which
+    goes through transformers' mask builders (BlockMask for flex, dense for sdpa)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = tiny_gpt_oss(window=64, head_dim=16).cuda()
+    ids = torch.randint(0, 128, (2, 300), generator=torch.Generator().manual_seed(1)).cuda()
+    mask = torch.ones_like(ids)
+    mask[0, :17] = 0
+    ref, ref_grads = _logits_and_grads(model, ids)
+    with torch.no_grad():
+        ref_padded = model(input_ids=ids, attention_mask=mask).logits
+    model.set_attn_implementation(A.hf_attention_name(attention))
+    out, grads = _logits_and_grads(model, ids)
+    torch.testing.assert_close(out, ref, **TOL)
+    assert set(grads) == set(ref_grads)
+    for n in grads:
+        torch.testing.assert_close(grads[n], ref_grads[n], **TOL, msg=lambda m, n=n: f"{n}: {m}")
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(padded[0, 17:], ref_padded[0, 17:], **TOL)
+    torch.testing.assert_close(padded[1], ref_padded[1], **TOL)
 
 
 def test_tiny_gpt_oss_padding_and_kv_cache_equal_eager():

@@ -13,7 +13,7 @@ context. Two implementations keep the sink exactly without that matrix:
 - `sink_sdpa` (CPU-trainable, any device): fused `scaled_dot_product_attention` with **one
   extra key** that carries the sink: queries get one extra feature equal to `sink_h`, the extra
   key is `(0, ..., 0, 1/scale)` with a zero value, real keys get a 0 in that feature (values
-  get a zero feature as well: the fused kernel needs equal widths). The sink's score is
+  get a zero feature as well: the fused kernels need equal widths). The sink's score is
   therefore exactly `sink_h`, gradients reach the sink through the query feature, and its
   value is zero. Full-attention layers run as one causal call (a zero dummy query in front
   keeps SDPA's top-left causal alignment right); sliding-window layers run over query blocks, so
@@ -65,17 +65,21 @@ def _plain_causal(q_length: int, kv_length: int, q_offset, kv_offset, attention_
 
 # ------------------------------------------------------------------------------ sink_sdpa
 def _sink_features(q, k, v, sinks, scale):
-    """Queries/keys with the sink feature; keys/values with the sink key prepended."""
+    """Queries/keys with the sink feature; keys/values with the sink key prepended.
+
+    All three get the same extra width (the fused kernels need equal q/k/v widths): one
+    feature on CPU, padded with zeros to a multiple of 8 on CUDA (its fused kernels' rule).
+    """
     B, H, Lq, D = q.shape
     Hk, Lk = k.shape[1], k.shape[2]
+    extra = 1 if q.device.type == "cpu" else 8 - D % 8
     sink_col = sinks.to(q.dtype).view(1, H, 1, 1).expand(B, H, Lq, 1)
-    q = torch.cat([q, sink_col], dim=-1)
-    sink_key = torch.zeros(B, Hk, 1, D + 1, dtype=k.dtype, device=k.device)
-    sink_key[..., -1] = 1.0 / scale
-    k = torch.cat([sink_key, torch.cat([k, k.new_zeros(B, Hk, Lk, 1)], dim=-1)], dim=2)
-    # values get a zero feature too: SDPA's fused CPU kernel needs equal q/k/v widths
-    v = torch.cat([v, v.new_zeros(B, Hk, Lk, 1)], dim=-1)
-    v = torch.cat([v.new_zeros(B, Hk, 1, D + 1), v], dim=2)
+    q = torch.cat([q, sink_col, q.new_zeros(B, H, Lq, extra - 1)], dim=-1)
+    sink_key = torch.zeros(B, Hk, 1, D + extra, dtype=k.dtype, device=k.device)
+    sink_key[..., D] = 1.0 / scale
+    k = torch.cat([sink_key, torch.cat([k, k.new_zeros(B, Hk, Lk, extra)], dim=-1)], dim=2)
+    v = torch.cat([v, v.new_zeros(B, Hk, Lk, extra)], dim=-1)
+    v = torch.cat([v.new_zeros(B, Hk, 1, D + extra), v], dim=2)
     return q, k, v
 
 
@@ -152,7 +156,7 @@ def sink_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
             parts.append(_sdpa(q[:, :, s:e], kb, vb, mask, scale, dropout))
         out = torch.cat(parts, dim=2)
     if has_sink:
-        out = out[..., :D]  # drop the values' zero feature
+        out = out[..., :D]  # drop the values' zero features
     return out.transpose(1, 2).contiguous(), None
 
 
