@@ -52,12 +52,12 @@ def test_malformed_yaml(tmp_path):
     assert res.exit_code == 2 and "did you mean 'train.steps'" in res.output
 
 
-def test_diagnose_lists_its_subcommands_and_ablate_says_plainly_it_is_not_there_yet():
+def test_diagnose_lists_its_subcommands_and_ablate_its_presets():
     res = runner.invoke(app, ["diagnose", "--help"])
     assert res.exit_code == 0
     assert all(c in res.output for c in ("audit-tree", "critic-rank", "variance", "tool-calls"))
-    res = runner.invoke(app, ["ablate"])
-    assert res.exit_code == 2 and "not available yet" in res.output
+    res = runner.invoke(app, ["ablate", "--help"])
+    assert res.exit_code == 0 and "--preset" in res.output and "Example" in res.output
 
 
 def test_help_for_every_command():

@@ -1,0 +1,182 @@
+"""ablate: the sweep plan, presets, matched budget, a resumable sweep end to end on the micro
+model, and the parallel scheduler."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from agentrl_cli import ablate as AB
+from agentrl_cli import config
+from agentrl_cli.cli.main import app
+
+from conftest import MICRO
+
+runner = CliRunner()
+FAST = MICRO + ["train.eval_every=0", "train.steps=1"]
+
+
+def _sets(extra=()):
+    out = []
+    for s in [*FAST, *extra]:
+        out += ["--set", s]
+    return out
+
+
+def test_plan_is_the_product_of_methods_and_axes():
+    axes = [AB.Axis.key("algo.beta", ["0", "0.5"]), AB.Axis.key("algo.lam", ["0.6", "0.8"])]
+    cells = AB.plan(["mpo", "ppo"], axes)
+    assert [c.name for c in cells[:4]] == ["mpo_beta=0_lam=0.6", "mpo_beta=0_lam=0.8",
+                                           "mpo_beta=0.5_lam=0.6", "mpo_beta=0.5_lam=0.8"]
+    assert len(cells) == 8 and cells[-1].method == "ppo"
+    assert cells[1].sets == ("algo.beta=0", "algo.lam=0.8")
+    assert cells[1].params == {"algo.beta": "0", "algo.lam": "0.8"}
+    # two keys ending the same way keep their full names
+    same = AB.plan(["ppo"], [AB.Axis.key("algo.lam", ["1"]), AB.Axis.key("other.lam", ["2"])])
+    assert same[0].name == "ppo_algo.lam=1_other.lam=2"
+    with pytest.raises(config.ConfigError):
+        AB.plan(["grpo"], [AB.Axis.key("algo.beta", ["1", "1"])])
+
+
+def test_presets_set_the_papers_ablations():
+    base = config.load(sets=["rollout.group_size=6"])
+    ref = AB.PRESETS.get("refinement")
+    (axis,) = ref.axes(base)
+    cells = AB.plan(list(ref.methods), [axis])
+    off = config.load(sets=list(cells[1].sets), method="focus")
+    on = config.load(sets=list(cells[0].sets), method="focus")
+    assert cells[1].name == "focus_refinement=off"
+    assert (off.algo.focus_max_inflight, off.algo.focus_roots) == (0, 6)
+    assert on.algo.focus_max_inflight == 2
+    tr = AB.plan(["mpo"], AB.PRESETS.get("turn-ratio").axes(base))
+    assert [config.load(sets=list(c.sets), method="mpo").algo.loss for c in tr] == ["turn_ratio", "ppo_clip"]
+    tk = AB.plan(["trace"], AB.PRESETS.get("trace-k").axes(base))
+    k3, k0 = (config.load(sets=list(c.sets), method="trace").algo for c in tk)
+    assert (k3.trace_k, k3.alpha_turn) == (3, 0.2) and k0.alpha_turn == 0.0
+    r = runner.invoke(app, ["ablate", "--preset", "nope"])
+    assert r.exit_code == 2 and "refinement" in r.output
+
+
+def test_measured_budget_is_one_linear_step(micro_policy):
+    cfg = config.load(sets=FAST)
+    b = AB.measure_budget(cfg)
+    # tasks_per_step x group_size episodes, each at most max_turns x max_new_tokens tokens
+    assert 4 <= b <= 2 * 2 * 3 * 8
+    assert AB.measure_budget(cfg) == b  # deterministic
+
+
+@pytest.fixture(scope="module")
+def sweep_out(tmp_path_factory, micro_policy):
+    out = tmp_path_factory.mktemp("abl") / "sweep"
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--seeds", "2",
+                            "--out", str(out), *_sets()])
+    assert r.exit_code == 0, r.output
+    return out, r.output
+
+
+def test_sweep_runs_every_cell_and_seed_at_one_budget(sweep_out):
+    out, output = sweep_out
+    rec = json.loads((out / "ablation.json").read_text())
+    budget = rec["budget_tokens"]
+    assert budget > 0 and rec["seeds"] == [0, 1]
+    runs = sorted(out.glob("cells/*/seed-*"))
+    assert [f"{p.parent.name}/{p.name}" for p in runs] == [
+        "mpo_beta=0/seed-0", "mpo_beta=0/seed-1", "mpo_beta=1/seed-0", "mpo_beta=1/seed-1"]
+    for p in runs:
+        cfg = json.loads((p / "config.json").read_text())
+        assert cfg["method"] == "mpo" and cfg["rollout"]["budget_tokens"] == budget
+        assert cfg["algo"]["beta"] == float(p.parent.name.split("=")[1])
+        assert cfg["seed"] == int(p.name.split("-")[1]) and cfg["train"]["steps"] == 1
+    with (out / "summary.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["cell"] for r in rows] == ["mpo_beta=0", "mpo_beta=1"] and rows[0]["algo.beta"] == "0"
+    summary = json.loads((out / "summary.json").read_text())
+    for c in summary["cells"]:
+        finals = [json.loads((out / "cells" / c["name"] / f"seed-{s}" / "summary.json").read_text())
+                  for s in (0, 1)]
+        assert c["final_success"] == [f["final_success"] for f in finals]
+        assert c["tokens_mean"] == pytest.approx(sum(f["tokens_generated"] for f in finals) / 2)
+    assert (out / "learning_curves.png").stat().st_size > 1000
+    assert (out / "final_vs_param.png").stat().st_size > 1000
+    assert "mpo_beta=0" in output and "held-out success" in output
+
+
+def test_rerun_skips_finished_runs_and_resumes_partial_ones(sweep_out, monkeypatch):
+    import agentrl_cli.train.loop as loop
+
+    out, _ = sweep_out
+    calls = []
+    real = loop.train
+
+    def spy(cfg, o, resume=None, **kw):
+        calls.append((str(o), resume))
+        return real(cfg, o, resume=resume, **kw)
+
+    monkeypatch.setattr(loop, "train", spy)
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--seeds", "2",
+                            "--out", str(out), *_sets()])
+    assert r.exit_code == 0 and "skipping 4 finished" in r.output and calls == []
+    # a run that stopped after its last checkpoint but before its summary resumes from it
+    part = out / "cells" / "mpo_beta=1" / "seed-0"
+    (part / "summary.json").unlink()
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--seeds", "2",
+                            "--out", str(out), *_sets()])
+    assert r.exit_code == 0, r.output
+    assert calls == [(str(part), str(part))] and (part / "summary.json").is_file()
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--seeds", "2",
+                            "--out", str(out), "--budget", "7", *_sets()])
+    assert r.exit_code == 2 and "finished at budget" in r.output
+
+
+def test_subprocess_command_makes_the_same_run(sweep_out, tmp_path):
+    """What a parallel sweep launches (`agentrl train ...`) configures the run exactly as the
+    in-process path did."""
+    out, _ = sweep_out
+    rec = json.loads((out / "ablation.json").read_text())
+    cell = AB.Cell(**{**rec["cells"][0], "sets": tuple(rec["cells"][0]["sets"])})
+    sweep = AB.Sweep(tmp_path, [cell], [0], None, rec["sets"], rec["budget_tokens"])
+    cmd = AB.train_command(sweep, cell, 0)
+    assert cmd[:3] == [sys.executable, "-m", "agentrl_cli.cli.main"]
+    r = runner.invoke(app, cmd[3:])
+    assert r.exit_code == 0, r.output
+    a = json.loads((out / "cells" / cell.name / "seed-0" / "config.json").read_text())
+    b = json.loads((sweep.run_dir(cell, 0) / "config.json").read_text())
+    a.pop("out"), b.pop("out")
+    assert a == b
+
+
+def test_parallel_scheduler_runs_jobs_at_once_and_reports_failures(tmp_path, monkeypatch):
+    script = (
+        "import json, os, sys, time, pathlib\n"
+        "d = pathlib.Path(sys.argv[1]); d.mkdir(parents=True, exist_ok=True)\n"
+        "(d / 'started').write_text(str(time.time())); time.sleep(0.5)\n"
+        "(d / 'ended').write_text(str(time.time()))\n"
+        "if 'bad' in str(d): print('boom'); sys.exit(3)\n"
+        "(d / 'summary.json').write_text(json.dumps({'final_success': 0.5, 'tokens_generated': 10,"
+        " 'final_tokens_per_question': 3.0, 'base_success': 0.1}))\n")
+    monkeypatch.setattr(AB, "train_command",
+                        lambda sw, c, s: [sys.executable, "-c", script, str(sw.run_dir(c, s))])
+    cells = [AB.Cell("good1", "grpo"), AB.Cell("good2", "grpo"), AB.Cell("bad", "grpo")]
+    sweep = AB.Sweep(tmp_path, cells, [0], None, list(FAST), 50)
+    res = AB.run_sweep(sweep, jobs=2, log=lambda s: None)
+    assert sorted(res["ran"]) == [("good1", 0), ("good2", 0)]
+    assert res["failed"] == [("bad", 0, "boom")]
+    t = {c.name: (float((tmp_path / "cells" / c.name / "seed-0" / "started").read_text()),
+                  float((tmp_path / "cells" / c.name / "seed-0" / "ended").read_text())) for c in cells}
+    assert t["good1"][0] < t["good2"][1] and t["good2"][0] < t["good1"][1]  # the first two overlapped
+    assert t["bad"][0] >= min(t["good1"][1], t["good2"][1])                   # never 3 at once
+    summary = AB.collect(sweep)
+    assert [c["final_success_mean"] for c in summary["cells"]] == [0.5, 0.5, None]
+
+
+def test_bad_sweeps_fail_before_running(tmp_path):
+    for args, needle in ((["--grid", "algo.betta=1,2"], "did you mean"),
+                         (["--grid", "algo.beta"], "--grid expects key=v1,v2"),
+                         (["--beta", "0,1", "--grid", "algo.beta=2"], "swept twice"),
+                         (["--beta", "x"], "algo.beta expects")):
+        r = runner.invoke(app, ["ablate", "--out", str(tmp_path / "x"), "--budget", "10", *args])
+        assert r.exit_code == 2 and needle in r.output, (args, r.output)
+        assert not list((tmp_path / "x").glob("cells/*"))
