@@ -368,7 +368,7 @@ def plot_curves(res: dict, png: Path) -> None:
         steps = sorted(set.intersection(*[{s for s, _ in cv} for cv in c["curves"]]))
         ys = [sum(dict(cv)[s] for cv in c["curves"]) / len(c["curves"]) for s in steps]
         ax.plot(steps, ys, "o-", ms=3, label=c["name"], lw=2.5 if c["name"] == res["best"] else 1.2)
-    ax.set_xlabel("step"), ax.set_ylabel(f"held-out success (mean over seeds)")
+    ax.set_xlabel("step"), ax.set_ylabel("held-out success (mean over seeds)")
     ax.set_title(f"learning curves (budget {res['budget_tokens']} tokens/step)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
