@@ -117,6 +117,10 @@ def test_benchmark_presets_rank_below_file_and_set(tmp_path):
     assert (cfg.env.max_turns, cfg.rollout.max_tokens) == (7, 2048)
     with pytest.raises(ConfigError, match="unknown config key"):
         config.load(presets={"env.nmae": 1})
+    cfg = load_config(None, None, env="bfcl-multi-turn-long-context")   # --env: same presets
+    assert (cfg.env.max_turns, cfg.rollout.max_tokens) == (20, 131072)
+    cfg = load_config(None, None, env="search")
+    assert cfg.rollout.max_tokens == config.RunConfig().rollout.max_tokens
 
 
 def test_qa_adapter_on_local_data(data_dir):

@@ -28,8 +28,10 @@ def flags(method=None, env=None, model=None, engine=None, seed=None, out=None) -
 
 def load_config(config: Path | None, sets: list[str] | None, benchmark: str | None = None, **kw):
     """The RunConfig of a command. `benchmark` (a benchmarks.yaml entry) sets the env and its
-    presets, after checking that the benchmark can run here (else a one-line error)."""
+    presets, after checking that the benchmark can run here (else a one-line error); `--env`
+    naming a benchmark's env applies the same presets."""
     from ..config import ConfigError, load
+    from ..envs.benchmarks import get_benchmark, load_benchmarks
 
     f = flags(**kw)
     method = f.pop("_method")
@@ -37,11 +39,16 @@ def load_config(config: Path | None, sets: list[str] | None, benchmark: str | No
     if benchmark is not None:
         if f["env.name"] is not None:
             raise ConfigError("give --benchmark or --env, not both")
-        from ..envs.benchmarks import get_benchmark
-
         b = get_benchmark(benchmark)
         b.check()
         presets = b.presets()
+    elif f["env.name"] is not None:
+        try:
+            table = load_benchmarks()
+        except ConfigError:
+            table = {}
+        same = [b for b in table.values() if b.env == f["env.name"]]
+        presets = same[0].presets() if same else None
     return load(str(config) if config else None, sets, method=method, presets=presets, **f)
 
 
