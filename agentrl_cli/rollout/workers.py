@@ -331,8 +331,14 @@ class RayPool:
         return bool(done)
 
     def sync(self, state: dict) -> None:
+        """New weights to every worker (a worker that died meanwhile is replaced with them)."""
         self.weights = self.ray.put({k: v.detach().to("cpu") for k, v in state.items()})
-        self.ray.get([a.load_weights.remote(self.weights) for a in self.actors])
+        calls = [a.load_weights.remote(self.weights) for a in self.actors]
+        for w, ref in enumerate(calls):
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayActorError:
+                self.replace(w)
 
     def new_step(self) -> None:
         self.fresh = [True] * self.size
@@ -640,22 +646,25 @@ class PathScheduler(FocusRunner):
     def run(self) -> None:
         self.pool.new_step()
         self._fill()
+        idle = 0                              # reports in a row without a token or an event
         while True:
             self._dispatch()
             if not any(self.pool.busy(w) for w in range(self.pool.size)):
-                if self.jobs or self.through:
+                if self.jobs or self.through or self.heap:
                     raise RuntimeError("path scheduler stalled with work left")
                 break
             for w, rep in self.pool.wait():
                 if isinstance(rep, Exception):
                     self._recover(w)
-                else:
-                    self._absorb(w, rep)
-                    self.reports += 1
-                    if self.after_report is not None:
-                        self.after_report(self)
+                    continue
+                self._absorb(w, rep)
+                self.reports += 1
+                idle = 0 if rep.tokens or rep.events else idle + 1
+                if idle > 10_000:
+                    raise RuntimeError("path scheduler: executors report no progress")
+                if self.after_report is not None:
+                    self.after_report(self)
             self._clock()
-        self._clock()
 
 
 # ----------------------------------------------------------------------------- controllers
