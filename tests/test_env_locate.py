@@ -7,6 +7,8 @@ from collections import defaultdict
 
 import pytest
 
+from agentrl_cli.config import ConfigError
+
 from agentrl_cli.envs import ENVS, StepResult, TextEnv
 from agentrl_cli.envs import locate as L
 
@@ -44,8 +46,9 @@ def test_registered_and_protocol(spec):
         ENVS.get("locate")(seed=0, bogus=1)
     with pytest.raises(ValueError):
         spec.tasks("test")
-    for bad in ({"max_hops": 6}, {"n_files": 4}, {"n_files": 500}):
-        with pytest.raises(ValueError):
+    for bad in ({"max_hops": 6}, {"n_files": 4}, {"n_entities": 500}, {"min_hops": 0},
+                {"n_train": -1}):
+        with pytest.raises(ConfigError):   # a user error: one line and exit code 2 in the CLI
             ENVS.get("locate")(seed=0, **bad)
 
 

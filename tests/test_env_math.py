@@ -9,6 +9,8 @@ from fractions import Fraction
 
 import pytest
 
+from agentrl_cli.config import ConfigError
+
 from agentrl_cli.envs import ENVS, StepResult, TextEnv
 from agentrl_cli.envs import mathword as M
 
@@ -45,8 +47,9 @@ def test_registered_and_protocol(spec):
         ENVS.get("math")(seed=0, bogus=1)
     with pytest.raises(ValueError):
         spec.tasks("test")
-    with pytest.raises(ValueError):
-        ENVS.get("math")(seed=0, min_hops=1, max_hops=6)
+    for bad in ({"max_hops": 6}, {"min_hops": 0}, {"n_train": -1}):
+        with pytest.raises(ConfigError):   # a user error: one line and exit code 2 in the CLI
+            ENVS.get("math")(seed=0, **bad)
 
 
 def test_determinism_and_splits(spec):

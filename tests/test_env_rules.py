@@ -8,6 +8,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from agentrl_cli.config import ConfigError
+
 from agentrl_cli.envs import ENVS, StepResult, TextEnv
 from agentrl_cli.envs import rules as R
 
@@ -49,8 +51,9 @@ def test_registered_and_protocol(spec):
         ENVS.get("rules")(seed=0, bogus=1)
     with pytest.raises(ValueError):
         spec.tasks("test")
-    with pytest.raises(ValueError):
-        ENVS.get("rules")(seed=0, max_hops=5)
+    for bad in ({"max_hops": 5}, {"min_hops": 3, "max_hops": 2}, {"n_eval": -1}):
+        with pytest.raises(ConfigError):   # a user error: one line and exit code 2 in the CLI
+            ENVS.get("rules")(seed=0, **bad)
 
 
 def test_determinism_and_splits(spec):

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import ConfigError
 from .base import ENVS, StepResult, Task
 from .calls import parse_call
 
@@ -365,20 +366,22 @@ def _expert_action(env: LocateEnv, rng: random.Random, error_rate: float) -> str
 
 
 class LocateSpec:
-    """The "locate" env spec: deterministic train/eval tasks (one repository each) and the expert."""
+    """The "locate" env spec: deterministic train/eval tasks (one repository each), the expert."""
 
     name = "locate"
 
     def __init__(self, seed: int = 0, n_files: int = 48, min_hops: int = 2, max_hops: int = 3,
                  n_train: int = 600, n_eval: int = 200, max_turns: int = 12):
         if not 1 <= min_hops <= max_hops:
-            raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
+            raise ConfigError(f"locate: need 1 <= env.min_hops <= env.max_hops, "
+                              f"got {min_hops}..{max_hops}")
         if max_hops > MAX_HOPS:
-            raise ValueError(f"max_hops must be at most {MAX_HOPS}, got {max_hops}")
+            raise ConfigError(f"locate: env.max_hops must be at most {MAX_HOPS}, got {max_hops}")
         if not MIN_FILES <= n_files <= MAX_FILES:
-            raise ValueError(f"n_files must be in {MIN_FILES}..{MAX_FILES}, got {n_files}")
+            raise ConfigError(f"locate: n_files (env.n_entities) must be in "
+                              f"{MIN_FILES}..{MAX_FILES}, got {n_files}")
         if n_train < 0 or n_eval < 0:
-            raise ValueError("n_train and n_eval must be non-negative")
+            raise ConfigError("locate: env.n_train and env.n_eval must be non-negative")
         self.seed, self.n_files = int(seed), int(n_files)
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from ..config import ConfigError
 from .base import ENVS, StepResult, Task
 from .calls import parse_call
 
@@ -289,7 +290,7 @@ def _tasks(seed: int, min_hops: int, max_hops: int, n_train: int,
         while len(tasks) < n:
             tries += 1
             if tries > 50 * (n + 10):
-                raise ValueError(f"math (seed={seed}) cannot make {n} distinct {split} problems "
+                raise ConfigError(f"math (seed={seed}) cannot make {n} distinct {split} problems "
                                  f"of {min_hops}..{max_hops} steps")
             hops = rng.randint(min_hops, max_hops)
             text, _, values, meta = _problem(rng, hops)
@@ -406,7 +407,8 @@ def _expert_action(env: MathEnv, rng: random.Random, error_rate: float) -> str:
         left, op, right = parts
         want = ops[k]
         want_left = Fraction(want.left) if want.left is not None else running
-        if op == want.op and left == want_left and (right == Fraction(want.right) or error_rate > 0):
+        right_ok = right == Fraction(want.right) or error_rate > 0
+        if op == want.op and left == want_left and right_ok:
             running = _apply(left, op, right)
             k += 1
     if k >= len(ops):
@@ -427,11 +429,12 @@ class MathSpec:
     def __init__(self, seed: int = 0, min_hops: int = 2, max_hops: int = 3, n_train: int = 600,
                  n_eval: int = 200, max_turns: int = 12):
         if not 1 <= min_hops <= max_hops:
-            raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
+            raise ConfigError(f"math: need 1 <= env.min_hops <= env.max_hops, "
+                              f"got {min_hops}..{max_hops}")
         if max_hops > MAX_HOPS:
-            raise ValueError(f"max_hops must be at most {MAX_HOPS}, got {max_hops}")
+            raise ConfigError(f"math: env.max_hops must be at most {MAX_HOPS}, got {max_hops}")
         if n_train < 0 or n_eval < 0:
-            raise ValueError("n_train and n_eval must be non-negative")
+            raise ConfigError("math: env.n_train and env.n_eval must be non-negative")
         self.seed, self.min_hops, self.max_hops = int(seed), int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
 

@@ -28,6 +28,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import ConfigError
 from .base import ENVS, StepResult, Task
 from .calls import parse_call
 from .mathword import CalcError, calculate, check_answer, format_number
@@ -78,7 +79,8 @@ def _rulebook(rng: random.Random) -> tuple[dict[str, Rule], dict[str, int]]:
          "M": rng.randrange(10000, 50000, 5000), "H": rng.choice((12, 24, 48)),
          "P": rng.randrange(40, 130, 10), "S": rng.randrange(10, 40, 5)}
     items = [
-        ("bag", "checked bag fee", f"the first checked bag costs ${p['A']}, each further bag ${p['B']}."),
+        ("bag", "checked bag fee",
+         f"the first checked bag costs ${p['A']}, each further bag ${p['B']}."),
         ("gold", "gold member bags",
          f"gold members check their first {p['N']} bag{'s' if p['N'] > 1 else ''} free."),
         ("weight", "overweight bags", f"each bag over {p['W']} kg costs ${p['C']} extra."),
@@ -163,7 +165,8 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
     change = 0 if fare == "flex" else p["D"]
     terms: list[tuple[str, str, int]] = []
     if kind == "change":
-        q, topics, answer = f"What does {name} pay to change the flight, in $?", ["change"], str(change)
+        q = f"What does {name} pay to change the flight, in $?"
+        topics, answer = ["change"], str(change)
         terms = [("change", str(change), change)]
     elif kind == "lounge":
         q, topics, answer = f"Does {name} get lounge access?", ["lounge"], "yes" if lounge else "no"
@@ -368,11 +371,12 @@ class RulesSpec:
     def __init__(self, seed: int = 0, min_hops: int = 2, max_hops: int = 3, n_train: int = 600,
                  n_eval: int = 200, max_turns: int = 12):
         if not 1 <= min_hops <= max_hops:
-            raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
+            raise ConfigError(f"rules: need 1 <= env.min_hops <= env.max_hops, "
+                              f"got {min_hops}..{max_hops}")
         if max_hops > MAX_HOPS:
-            raise ValueError(f"max_hops must be at most {MAX_HOPS}, got {max_hops}")
+            raise ConfigError(f"rules: env.max_hops must be at most {MAX_HOPS}, got {max_hops}")
         if n_train < 0 or n_eval < 0:
-            raise ValueError("n_train and n_eval must be non-negative")
+            raise ConfigError("rules: env.n_train and env.n_eval must be non-negative")
         self.seed, self.min_hops, self.max_hops = int(seed), int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
 
