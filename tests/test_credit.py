@@ -454,3 +454,27 @@ def test_batched_row_without_policy_tokens():
     empty = torch.zeros_like(d["mask"])
     assert torch.all(credit.gae_token_advantages(d["rewards"], d["values"], empty)[0] == 0)
     assert torch.all(credit.mpo_token_advantages(d["values"], d["rewards"], d["turn_index"], empty) == 0)
+
+
+@pytest.mark.parametrize("W", [1, 63, 64, 65, 300])
+def test_blocked_suffix_sum_matches_sequential_loop(W):
+    """The blocked scan behind every batched recursion equals the plain right-to-left loop, for
+    decays 0, 0.5, 0.9 and 1, with and without restarts, at lengths around the chunk size."""
+    from agentrl_cli.credit.batched import _discounted_suffix_sum
+
+    g = torch.Generator().manual_seed(W)
+    B = 5
+    delta = torch.randn(B, W, generator=g, dtype=torch.float64)
+    restart = torch.rand(B, W, generator=g) < 0.2
+    for dec in (0.9, 1.0, 0.0, 0.5):
+        for rs in (None, restart):
+            ref = torch.zeros(B, W, dtype=torch.float64)
+            for b in range(B):
+                acc = 0.0
+                for j in reversed(range(W)):
+                    carry = 0.0 if rs is not None and bool(rs[b, j]) else dec * acc
+                    acc = delta[b, j].item() + carry
+                    ref[b, j] = acc
+            got = _discounted_suffix_sum(delta, dec, rs)
+            assert got.shape == (B, W)
+            assert torch.allclose(got, ref, atol=1e-10, rtol=1e-10)

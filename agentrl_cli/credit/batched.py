@@ -104,25 +104,56 @@ def _shift_left(x: Tensor, fill=0) -> Tensor:
     return torch.cat([x[:, 1:], torch.full_like(x[:, :1], fill)], dim=1)
 
 
-def _discounted_suffix_sum(delta: Tensor, decay: Tensor | float) -> Tensor:
-    """`A_j = delta_j + decay_j * A_{j+1}` right to left along dim 1 of a packed [B, W] tensor.
+_SCAN_CHUNK = 64
 
-    decay: scalar or [B, W] (0 restarts the sum). Trailing empty slots must hold delta = 0.
-    Runs time-major so that each of the W steps is one fused multiply-add on a contiguous row.
+
+def _discounted_suffix_sum(delta: Tensor, decay: float, restart: Tensor | None = None) -> Tensor:
+    """`A_j = delta_j + decay * A_{j+1}` right to left along dim 1 of a packed [B, W] tensor.
+
+    decay: a scalar in [0, 1]. restart: optional [B, W] bool; where True the sum does not carry
+    over from j+1 (`A_j = delta_j`), e.g. at the last token of a turn. Trailing empty slots must
+    hold delta = 0.
+
+    A blocked scan, so that a 1,000-token episode is not 1,000 sequential tiny ops: within
+    chunks of `_SCAN_CHUNK` positions the suffix sum is one matrix product with the chunk's
+    transfer matrix `M[i, k] = decay^(k - i)` (k >= i), and only the chunk starts are carried
+    right to left (W / chunk steps on [B] vectors). Restarts subtract what flowed in from
+    beyond the segment's end: `A_j = S_j - decay^(r + 1 - j) S_{r+1}`, with S the unrestarted
+    sum and r the first restart at or after j.
     """
     B, W = delta.shape
-    d = delta.T.contiguous().unbind(0)
-    out = torch.zeros(W, B, dtype=delta.dtype, device=delta.device)
-    rows = out.unbind(0)
-    acc = delta.new_zeros(B)
-    if isinstance(decay, Tensor):
-        c = decay.expand(B, W).T.contiguous().unbind(0)
-        for j in reversed(range(W)):
-            acc = torch.addcmul(d[j], c[j], acc, out=rows[j])
-    else:
-        for j in reversed(range(W)):
-            acc = torch.add(d[j], acc, alpha=decay, out=rows[j])
-    return out.T
+    if W == 0:
+        return delta.clone()
+    decay = float(decay)
+    S = _blocked_scan(delta, decay)
+    if restart is None:
+        return S
+    idx = torch.arange(W, device=delta.device).expand(B, W)
+    ends = torch.where(restart, idx, torch.full_like(idx, W - 1))
+    r = ends.flip(1).cummin(1).values.flip(1)                  # first restart at or after j
+    S_next = torch.cat([S, S.new_zeros(B, 1)], dim=1).gather(1, r + 1)
+    power = torch.pow(torch.as_tensor(decay, dtype=delta.dtype, device=delta.device),
+                      (r + 1 - idx).to(delta.dtype))
+    return S - power * S_next
+
+
+def _blocked_scan(delta: Tensor, decay: float) -> Tensor:
+    B, W = delta.shape
+    C = min(_SCAN_CHUNK, W)
+    n = -(-W // C)
+    d = torch.nn.functional.pad(delta, (0, n * C - W)).view(B * n, C)
+    i = torch.arange(C, device=delta.device, dtype=delta.dtype)
+    gap = i[None, :] - i[:, None]                             # k - i
+    base = torch.as_tensor(decay, dtype=delta.dtype, device=delta.device)
+    M = torch.where(gap >= 0, torch.pow(base, gap.clamp(min=0)), torch.zeros((), dtype=delta.dtype))
+    local = (d @ M.T).view(B, n, C)                           # suffix sums within each chunk
+    exit_ = torch.pow(base, C - i)                            # decay^(C - i): to the next chunk
+    starts = local.new_zeros(B, n + 1)                        # A at each chunk's first position
+    top = float(exit_[0])
+    for j in reversed(range(n)):
+        starts[:, j] = local[:, j, 0] + top * starts[:, j + 1]
+    out = local + exit_ * starts[:, 1:, None]
+    return out.reshape(B, n * C)[:, :W]
 
 
 def _group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -225,8 +256,7 @@ def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
     # intra-turn trace: token TD residuals (gamma = 1), accumulated with lam_intra within a turn
     is_last = packed.valid & (next_turn < 0)
     delta = rewards[:, None] * is_last + _shift_left(v) - v  # empty slots: 0
-    same_turn = (next_turn == turn).to(v.dtype)
-    intra = _discounted_suffix_sum(delta, lam_intra * same_turn)
+    intra = _discounted_suffix_sum(delta, lam_intra, restart=next_turn != turn)
 
     # turn-level GAE on the value at each turn's first policy token
     dump = torch.full_like(turn, n_turns)  # scatter target for tokens that are not turn starts
