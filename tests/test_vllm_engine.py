@@ -81,6 +81,7 @@ class FakeTurnEngine:
         self.live[rid] = SimpleNamespace(prompt=list(prompt), sp=sp, ids=[], lps=[],
                                          gen=torch.Generator().manual_seed(sp.seed))
         self.order.append(rid)
+        return rid
 
     def abort(self, rids):
         for r in rids:

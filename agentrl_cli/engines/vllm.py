@@ -163,9 +163,13 @@ class VLLMEngine:
             res.append((ids, sampled_logprobs(comp, ids)))
         return res
 
-    def add_request(self, request_id: str, prompt: list[int], sampling) -> None:
-        self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(prompt)}, sampling)
+    def add_request(self, request_id: str, prompt: list[int], sampling) -> str:
+        """Queue one request; returns the id its outputs will carry (a vLLM that makes ids
+        unique returns its own)."""
+        got = self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(prompt)},
+                                              sampling)
         self.requests += 1
+        return got if isinstance(got, str) else request_id
 
     def step(self) -> list:
         return self.llm.llm_engine.step()
@@ -271,8 +275,17 @@ class VLLMPathExecutor(_executor_base()):
         sp = self.engine.sampling(self.params, seed_from(run.gen), self.fmt.stop_ids)
         run.request, run.turn_ids = rid, []
         run.turn_base = run.tick
-        self.engine.add_request(rid, run.live.ep.token_ids, sp)
+        rid = self.engine.add_request(rid, run.live.ep.token_ids, sp)
+        run.request = rid
         self.inflight[rid] = run
+
+    def _owner(self, request_id: str):
+        """The path of an output (ours, or ours with a suffix vLLM appended)."""
+        run = self.inflight.get(request_id)
+        if run is None:
+            run = next((r for k, r in self.inflight.items()
+                        if request_id.startswith(k + "-")), None)
+        return run
 
     def _start(self, job, run):
         self._submit(run)
@@ -286,7 +299,7 @@ class VLLMPathExecutor(_executor_base()):
             if not self.inflight:
                 break
             for out in self.engine.step():
-                run = self.inflight.get(out.request_id)
+                run = self._owner(out.request_id)
                 if run is None:
                     continue
                 comp = out.outputs[0]
@@ -296,7 +309,7 @@ class VLLMPathExecutor(_executor_base()):
                 touched[run.pid] = run
                 if not out.finished:
                     continue
-                del self.inflight[out.request_id]
+                del self.inflight[run.request]
                 ids = list(comp.token_ids)
                 ev = self.end_turn(run, ids, sampled_logprobs(comp, ids))
                 events.append(ev)
