@@ -124,7 +124,10 @@ class FakeTurnEngine:
 
 
 def _trainer_logprobs(model, ep):
-    lp = token_logprobs(model, torch.tensor([ep.token_ids]), torch.ones(1, len(ep.token_ids)), 1.0)[0]
+    dev = next(model.parameters()).device
+    ids = torch.tensor([ep.token_ids], device=dev)
+    with torch.no_grad():
+        lp = token_logprobs(model, ids, torch.ones_like(ids), 1.0)[0].float().cpu()
     mask = torch.tensor(ep.response_mask[1:], dtype=torch.bool)
     return lp[mask], torch.tensor(ep.logprobs[1:])[mask]
 
@@ -168,3 +171,37 @@ def test_vllm_batch_drives_the_lock_step_runner_with_per_row_seeds(micro_policy)
     for ep in whole:
         trainer, engine = _trainer_logprobs(model, ep)
         torch.testing.assert_close(engine, trainer, rtol=0, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- the real engine (GPU)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,
+                    reason="needs a CUDA GPU and vLLM (see README: Scaling out)")
+def test_real_vllm_engine_logprobs_and_weight_sync(micro_policy):
+    """vLLM on the micro model: engine log-probs match the trainer's, and after loading other
+    weights they match the new weights, not the old ones."""
+    import copy
+
+    model, tok, fmt, spec = micro_policy
+    cfg = config.load(sets=MICRO + ["rollout.vllm_gpu_memory=0.2"])
+    gpu = copy.deepcopy(model).cuda()
+    engine = vllm_mod.VLLMEngine.from_config(cfg, gpu, fmt)
+    pairs = [(t, g) for g, t in enumerate(spec.tasks("train", 4)) for _ in range(2)]
+    params = SamplingParams(max_new_tokens=8)
+
+    def gap(m, eps):
+        parts = [_trainer_logprobs(m, e) for e in eps]
+        return float(torch.cat([(a - b).abs() for a, b in parts]).mean())
+
+    eps = run_episodes(engine, fmt, spec, pairs, params, 512, 8, torch.Generator().manual_seed(0))
+    assert gap(gpu, eps) < 1e-2
+    old = copy.deepcopy(gpu)
+    with torch.no_grad():
+        for p in gpu.parameters():
+            p.add_(torch.randn_like(p) * p.float().std())
+    engine.release()
+    engine.load_weights(gpu)
+    eps = run_episodes(engine, fmt, spec, pairs, params, 512, 8, torch.Generator().manual_seed(0))
+    assert gap(gpu, eps) < 1e-2 < gap(old, eps)
