@@ -782,13 +782,14 @@ def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model,
                   out: Path, log: Callable[[str], None] = print) -> Rollouts:
     """The trainer's rollouts. In process: the registry controller on `engine` (`hf`: token
     level), or, for a turn-level engine (`vllm`) and a controller in `PATH_CONTROLLERS`, the
-    path controller on a local executor of that engine. With `rollout.workers > 0`: the path
+    path controller on a local executor of that engine (DAPO dynamic sampling, `vine` and
+    evaluation use the engine's lock-step `new_batch`). With `rollout.workers > 0`: the path
     controller on Ray workers. `model`/`value_head` give FOCUS its critic values."""
     name = cfg.algo.controller
     sync = getattr(engine, "load_weights", None) or (lambda m: None)
     release = getattr(engine, "release", None) or (lambda: None)
     if cfg.rollout.workers == 0 and (getattr(engine, "token_level", True)
-                                     or name not in PATH_CONTROLLERS):
+                                     or name not in PATH_CONTROLLERS or cfg.algo.dynamic_sampling):
         controller = CONTROLLERS.get(name)
 
         def run(ctx, tasks):
