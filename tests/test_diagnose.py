@@ -291,12 +291,39 @@ def test_variance_needs_a_critic(tmp_path, micro_policy):
 
 def test_audit_tree_on_a_checkpoint(micro_run, tmp_path):
     js = tmp_path / "audit.json"
-    r = runner.invoke(app, ["diagnose", "audit-tree", "--checkpoint", str(micro_run), "--critics",
-                            "constant,trained", "--budget", "4", "--seeds", "2", "--tasks", "2",
+    r = runner.invoke(app, ["diagnose", "audit-tree", "--checkpoint", str(micro_run), "--budget", "4", "--seeds", "2", "--tasks", "2",
                             "--samples", "3", "--json", str(js), "--png", str(tmp_path / "a.png")])
     assert r.exit_code == 0, r.output
     data = json.loads(js.read_text())
-    assert set(data) == {"constant", "trained"}
+    assert set(data) == {"constant", "random", "trained"}  # trained: the checkpoint has a critic
     for per in data.values():
         assert len({d["mse"][0] for d in per.values()}) == 1
         assert all(len(d["mse"]) == 4 for d in per.values())  # budgets 0, 1, 2, 4
+
+
+def test_env_world_audit_states_truth_and_pool(micro_run):
+    from agentrl_cli.diagnostics.audit_env import EnvWorld
+    from agentrl_cli.diagnostics.mc import load_checkpoint_policy
+    from agentrl_cli.train.batch import collate, forward
+
+    cfg = config.load_saved(micro_run)
+    pol = load_checkpoint_policy(cfg, micro_run)
+    w = EnvWorld(pol, n_tasks=2, roots=2, samples=2, seed=0)
+    eps = w.episodes
+    assert w.n_states == 2 + sum(e.num_turns - 1 for e in eps)   # one shared s_0 per task
+    assert w.n_continuations == 2 * w.n_states and all(len(p) == 2 for p in w.pool)
+    assert w.truth == [sum(d.reward for d in p) / 2 for p in w.pool]
+    batch = collate(eps, pol.fmt.pad_id)
+    with torch.no_grad():
+        _, values = forward(pol.model, pol.value_head, batch, cfg.rollout.temperature)
+    for g in range(2):
+        mine = [b for b, e in enumerate(eps) if e.group == g]
+        assert w.root_state(g).critic == pytest.approx(float(values[mine[0], eps[mine[0]].turns[0].start]), abs=1e-5)
+        for j, b in enumerate(mine):
+            path = w.root_path(g, j, random.Random(0))
+            assert path.reward == eps[b].reward and len(path.states) == eps[b].num_turns - 1
+            assert [s.critic for s in path.states] == pytest.approx(
+                [float(values[b, t.start]) for t in eps[b].turns[1:]], abs=1e-5)
+            assert all(s.resumable and s.truth is not None for s in path.states)
+    draw = w.continuation(0, w.root_state(0), random.Random(0))
+    assert draw in w.pool[w.root_key[0]] and not any(s.resumable for s in draw.states)

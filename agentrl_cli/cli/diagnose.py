@@ -1,6 +1,7 @@
 """agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (METHODS.md §7)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -41,7 +42,7 @@ def _outputs(console: Console, png: Path, json_path: Path | None, data: dict) ->
 @user_errors
 def audit_tree_cmd(
     checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Build the audit tree from this checkpoint (or run) on --env instead of the synthetic tree.")] = None,
-    critics: Annotated[str, typer.Option("--critics", help="Comma list of: constant, random, trained (checkpoint with a value head).")] = "constant,random",
+    critics: Annotated[Optional[str], typer.Option("--critics", help="Comma list of: constant, random, trained (default: constant,random, plus trained for a checkpoint with a value head).")] = None,
     allocators: Annotated[str, typer.Option("--allocators", help="Comma list of: focus, uniform, random, raw-residual.")] = "focus,uniform,random,raw-residual",
     budget: Annotated[int, typer.Option("--budget", help="Most continuations spent (reported at 0, 1, 2, 4, ..., budget).", min=1)] = 256,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds averaged over.", min=1)] = 10,
@@ -83,7 +84,7 @@ def audit_tree_cmd(
         raise ConfigError(f"--constant must be a number or 'mean', got '{constant}'") from None
     if estimate not in ("refined", "calibrated"):
         raise ConfigError(f"--estimate must be refined or calibrated, got '{estimate}'")
-    spec = AuditSpec(critics=_names(critics), allocators=_names(allocators), max_budget=budget,
+    spec = AuditSpec(critics=_names(critics or "constant,random"), allocators=_names(allocators), max_budget=budget,
                      roots=roots, seeds=seeds, kappa=cfg.algo.kappa if kappa is None else kappa,
                      gamma=cfg.algo.gamma, gain_kind=cfg.algo.focus_gain,
                      max_inflight=cfg.algo.focus_max_inflight, capacity=capacity,
@@ -102,6 +103,8 @@ def audit_tree_cmd(
         from ..diagnostics.mc import load_checkpoint_policy
 
         pol = load_checkpoint_policy(cfg, ckpt)
+        if critics is None and pol.value_head is not None:
+            spec = dataclasses.replace(spec, critics=spec.critics + ("trained",))
         if "trained" in spec.critics and pol.value_head is None:
             raise ConfigError(f"{ckpt} has no value head: drop 'trained' from --critics")
         console.print(f"building the audit tree: {tasks} tasks x {roots} root episodes, {samples} "
