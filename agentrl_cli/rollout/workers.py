@@ -387,13 +387,11 @@ class RolloutWorker:
     built from the run's config (the model folder must be readable at the same path)."""
 
     def __init__(self, cfg: RunConfig, share: int):
-        import torch as _torch
-
         from ..engines import build_engine
         from ..models.loading import load_policy
         from ..train.loop import make_spec
 
-        _torch.set_num_threads(1)
+        torch.set_num_threads(1)  # one CPU per actor (its Ray resource)
         model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
         self.engine = build_engine(cfg, model, fmt)
         params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
