@@ -194,6 +194,16 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ContextConfig:
+    operator: str = "none"
+    """Context operator: none | compaction (the policy summarises at the threshold; the summary replaces the history) | workspace (put/get/scan/delete tools; the context is reset at the threshold)."""
+    threshold_tokens: int = 384
+    """Visible context length (prompt + current window + the next observation) that triggers a compaction or a workspace reset."""
+    style: str = "free"
+    """compaction: free (one free-form request) | structured (four sections: Goal, Facts found, Open leads, Next step)."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     method: str = "grpo"
     """Training recipe (see the README's method table)."""
@@ -206,6 +216,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
 
     @property
     def episodes_per_step(self) -> int:
@@ -232,6 +243,7 @@ _NON_NEGATIVE = {
 }
 _UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {
+    "context.style": ("free", "structured"),
     "algo.agg": ("token-mean", "seq-mean"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.critic": ("head", "separate"),
@@ -267,11 +279,24 @@ def _validate(cfg: RunConfig) -> None:
     if cfg.model.attention == "sink_flex" and cfg.model.device == "cpu":
         raise ConfigError("model.attention=sink_flex needs CUDA (FlexAttention has no CPU backward); "
                           "use sink_sdpa on CPU")
+    if cfg.context.operator != "none":
+        _validate_context(cfg)
     if cfg.env.max_hops < cfg.env.min_hops:
         raise ConfigError(f"env.max_hops ({cfg.env.max_hops}) < env.min_hops ({cfg.env.min_hops})")
     for key in ("rollout.temperature",):
         if flat[key] == 0:
             raise ConfigError(f"{key} must be > 0 for training (use eval --greedy for argmax)")
+
+
+def _validate_context(cfg: RunConfig) -> None:
+    """An operator needs a threshold it can reach and the in-process token-level engine."""
+    c = cfg.context
+    if not 0 < c.threshold_tokens < cfg.rollout.max_tokens:
+        raise ConfigError(f"context.threshold_tokens must be in (0, rollout.max_tokens="
+                          f"{cfg.rollout.max_tokens}), got {c.threshold_tokens}")
+    if cfg.rollout.workers > 0 or cfg.rollout.engine != "hf":
+        raise ConfigError(f"context.operator={c.operator} runs with the in-process hf engine only "
+                          "(rollout.engine=hf, rollout.workers=0)")
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -444,7 +469,9 @@ def load(
 
 
 def check_names(cfg: RunConfig) -> None:
-    """Unknown env / engine / estimator / loss / controller -> one line listing the valid ones."""
+    """Unknown env / engine / estimator / loss / controller / context operator -> one line
+    listing the valid ones."""
+    from .context import OPERATORS
     from .credit.estimators import ESTIMATORS
     from .engines import ENGINES
     from .envs import ENVS
@@ -453,7 +480,7 @@ def check_names(cfg: RunConfig) -> None:
 
     for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
                       (ESTIMATORS, cfg.algo.estimator), (POLICY_LOSSES, cfg.algo.loss),
-                      (CONTROLLERS, cfg.algo.controller)):
+                      (CONTROLLERS, cfg.algo.controller), (OPERATORS, cfg.context.operator)):
         if name not in reg:
             reg.get(name)  # raises the one-line RegistryError
     m = cfg.model.name

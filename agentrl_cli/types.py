@@ -32,7 +32,8 @@ class Episode:
     logprobs: list[float]         # engine log-prob of each policy token, 0.0 elsewhere
     turn_index: list[int]         # turn number (0..T-1) on policy tokens, -1 elsewhere
     segment_starts: list[int]     # token index where each segment's state s_k ends (= where the
-                                  # policy starts generating segment k); one segment per turn
+                                  # policy starts generating segment k); one segment per turn, or
+                                  # one per context window under a context operator
     turns: list[Turn] = field(default_factory=list)
     segment_index: list[int] = field(default_factory=list)  # segment of each policy token, -1 elsewhere
     reward: float = 0.0           # terminal reward R
@@ -42,6 +43,11 @@ class Episode:
     generated_tokens: int = 0     # policy tokens generated (= sum(response_mask))
     answer: str = ""              # gold answer (for TRACE / reports)
     meta: dict = field(default_factory=dict)
+    context: str = ""             # context operator that managed the episode ("" = none)
+    window_prefix: int = 0        # tokens every context window sees (the task prompt; operators only)
+    window_starts: list[int] = field(default_factory=list)  # token index where each context window
+                                  # after the first begins: the context was reset there, and a
+                                  # token of window w sees only the prefix and window w's tokens
 
     @property
     def num_turns(self) -> int:

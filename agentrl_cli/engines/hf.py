@@ -270,6 +270,26 @@ class KVBatch:
         self.pending[new] = [self.tokens[src_row][keep]]
         return new
 
+    def truncate(self, row: int, prefix_len: int) -> None:
+        """Cut row `row` back to its first `prefix_len` real tokens, in place (a context reset:
+        `context/`). Like `fork` without the copy: the mask columns of its later tokens become
+        holes, the prefix's last token becomes `pending`, and positions continue from
+        `prefix_len`, so the row then equals a fresh row prefilled with that prefix."""
+        n_fed = int(self.lengths[row])
+        if not 1 <= prefix_len <= n_fed:
+            raise ValueError(f"truncate: prefix_len {prefix_len} outside [1, {n_fed}] for row {row}")
+        keep = prefix_len - 1
+        row_mask = self.mask[row].clone()
+        row_mask[row_mask.cumsum(0) > keep] = 0
+        self.mask[row] = row_mask
+        self.lengths[row] = keep
+        self.pending[row] = [self.tokens[row][keep]]
+        self.tokens[row] = self.tokens[row][:keep]
+        if self.last_logits is not None:
+            self.last_logits[row] = float("nan")
+        if self.last_hidden is not None:
+            self.last_hidden[row] = float("nan")
+
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (renumbered 0.. in the given order) and drop the cache columns that no
         kept row attends to. Explicit position ids make the removal exact."""

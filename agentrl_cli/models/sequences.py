@@ -46,17 +46,61 @@ def backbone(model):
     return model.model
 
 
-def hidden_states(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+def window_attention(window: torch.Tensor, attn: torch.Tensor, dtype: torch.dtype | None = None):
+    """Attention mask and position ids of stored episodes with context windows (`context/`).
+
+    window: [B, L] long, -1 on each row's shared prefix (the prompt), else the token's window;
+    attn: [B, L] padding mask. Returns (mask [B, 1, L, L], position_ids [B, L]): token q sees
+    token k <= q iff k is in the prefix or in q's window (padding queries see every earlier
+    token, so no softmax row is empty); a window's positions continue from the prefix length,
+    as the engine's were after the context reset. `dtype` None gives a boolean mask (True =
+    attend); a float dtype gives an additive mask (0 / dtype min) for eager attention.
+    """
+    B, L = window.shape
+    causal = torch.ones(L, L, dtype=torch.bool, device=window.device).tril()
+    same = window[:, :, None] == window[:, None, :]
+    shared = (window < 0)[:, None, :]
+    pad_q = (attn == 0)[:, :, None]
+    mask = (causal & (same | shared | pad_q))[:, None]
+    first = torch.ones_like(window, dtype=torch.bool)
+    first[:, 1:] = window[:, 1:] != window[:, :-1]           # each run of one window starts here
+    idx = torch.arange(L, device=window.device).expand(B, L)
+    run_start = torch.where(first, idx, torch.zeros_like(idx)).cummax(1).values
+    prefix = (window < 0).sum(1, keepdim=True)
+    pos = torch.where(window < 0, idx, prefix + idx - run_start)
+    if dtype is not None and dtype.is_floating_point:
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+            ~mask, torch.finfo(dtype).min)
+    return mask, pos
+
+
+def hidden_states(model, ids: torch.Tensor, attn: torch.Tensor,
+                  window: torch.Tensor | None = None) -> torch.Tensor:
     """Last hidden states [B, L, H] of a RIGHT-padded batch.
 
     With right padding, causal attention already keeps every real token away from the padding
     that follows it, so no padding mask is passed: outputs at real positions are exact and SDPA
     can take its fused causal path (about 2x faster on CPU than with a mask). Hidden states at
     padding positions are garbage and must be masked by the caller.
+
+    `window` ([B, L], see `window_attention`) is given for episodes whose context was reset
+    (context operators): if any row has a token beyond window 0, the forward gets the window
+    mask and position ids (a dense [B, 1, L, L] mask, for sdpa, sink_sdpa and eager attention),
+    so every token is scored in the context the engine generated it in.
     """
     if bool((attn[:, 1:] > attn[:, :-1]).any()):
         raise ValueError("hidden_states expects a right-padded batch")
-    out = backbone(model)(input_ids=ids, use_cache=False)
+    if window is None or not bool((window > 0).any()):
+        out = backbone(model)(input_ids=ids, use_cache=False)
+        return out.last_hidden_state
+    from .attention import HF_NAMES
+
+    impl = getattr(model.config, "_attn_implementation", "sdpa")
+    if impl not in ("sdpa", "eager", HF_NAMES["sink_sdpa"]):
+        raise ValueError(f"context windows need sdpa, sink_sdpa or eager attention, not '{impl}'")
+    dtype = next(model.parameters()).dtype if impl == "eager" else None
+    mask, pos = window_attention(window.to(ids.device), attn.to(ids.device), dtype)
+    out = backbone(model)(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
     return out.last_hidden_state
 
 

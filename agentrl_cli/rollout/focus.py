@@ -45,6 +45,12 @@ The critic value v of a node is the trainer's value head (`ctx.value_head`) on t
 state of the state's context, clamped to [0, 1] for the gains (raw in `refine_values`);
 without a value head v = 0.5 (what the untrained head outputs).
 
+Context operators (`context/`): segment-boundary states are the context resets, so nodes sit
+at window starts. A continuation stores the source's tokens up to the node (all windows) but
+resumes from the node's *visible* context (prompt + current window): it forks a row that has
+not reset since the node, or prefills the visible context. The allocator and the tree never
+look at the operator.
+
 Allocators (`algo.focus_allocator`): `focus` (largest gain), `uniform` (fewest continuations
 launched from the node so far), `random`, `raw-residual` (largest |v - cbar|, no calibration).
 """
@@ -58,12 +64,13 @@ from typing import Callable
 import torch
 
 from ..config import ConfigError
+from ..context.windows import inherit_windows, visible_ids, visible_len
 from ..credit.focus import focus_gain
 from ..engines.hf import sample_rows
 from ..registry import Registry
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult, shape_rewards
-from .runner import _Live, append_turn, apply_step, new_episode
+from .runner import _Live, advance, append_turn, new_episode, start_context
 from .tree import Node, Tree
 
 
@@ -206,6 +213,7 @@ class FocusRunner:
         user = env.reset(task)
         prompt = ctx.fmt.prompt_ids(env.system_prompt, user)
         live = _Live(new_episode(task, g, prompt), env)
+        start_context(live.ep, env)
         first = not tree.nodes
         if first:
             root = tree.add(-1, 0, len(prompt), len(self.paths))
@@ -224,21 +232,30 @@ class FocusRunner:
         env.restore(node.snapshot)
         ep = Episode(task_id=src.task_id, group=src.group, token_ids=src.token_ids[:pos],
                      response_mask=[0] * pos, logprobs=[0.0] * pos, turn_index=[-1] * pos,
-                     segment_starts=list(src.segment_starts[:k]),
+                     segment_starts=[s for s in src.segment_starts if s < pos],
                      turns=[replace(t) for t in src.turns[:k]], segment_index=[-1] * pos,
                      answer=src.answer, meta={kk: v for kk, v in src.meta.items()
                                               if not kk.startswith("focus_") and kk not in
                                               ("reward_raw", "overlong_penalty")},
                      num_tool_calls=node.tool_calls)
+        inherit_windows(ep, src, pos)
         p = self._new_path(tree, _Live(ep, env), node.id, continuation=True)
         src_row = next((self.paths[q].row for q in tree.through[node.id]
-                        if self.paths[q].row is not None and q != p.pid), None)
+                        if self.paths[q].row is not None and q != p.pid
+                        and self._holds(self.paths[q].live.ep, ep)), None)
         if src_row is not None:
-            p.row = self.kv.fork(src_row, pos)
+            p.row = self.kv.fork(src_row, visible_len(ep))
             p.feed = []                      # refeeds the prefix's last token
         else:
             p.row = self.kv.add_row()
-            p.feed = list(ep.token_ids)
+            p.feed = visible_ids(ep)
+
+    @staticmethod
+    def _holds(other: Episode, ep: Episode) -> bool:
+        """The row of `other` (a path through the node `ep` starts from) still holds `ep`'s
+        visible context: `other` has not reset its context since (a reset keeps the prefix only)."""
+        return (len(other.window_starts) == len(ep.window_starts)
+                or visible_len(ep) <= ep.window_prefix)
 
     def _budget_left(self) -> bool:
         if self.ctx.budget_tokens > 0:
@@ -359,12 +376,16 @@ class FocusRunner:
                 self.kv.pending[p.row] = [t]
                 ids, lps, p.turn_ids, p.turn_lps = p.turn_ids, p.turn_lps, [], []
                 turn = append_turn(p.live.ep, ids, lps, fmt.decode_action(ids))
-                obs = apply_step(p.live, fmt, turn, ctx.max_tokens, params.max_new_tokens)
+                obs, boundary, reset = advance(p.live, fmt, turn, ctx.max_tokens,
+                                               params.max_new_tokens)
+                if reset:
+                    self.kv.truncate(p.row, p.live.ep.window_prefix)
                 if obs is None:
                     self._finish(p)
                 else:
                     p.feed = obs
-                    self._new_state(p)
+                    if boundary:
+                        self._new_state(p)
             self._compact()
             if self.kv.mask.shape[1] > 2 * int(self.kv.lengths.max()) + 64:
                 self.kv.pack()

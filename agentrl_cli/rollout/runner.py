@@ -4,6 +4,11 @@ It owns the token bookkeeping (token-in, token-out): the ids the engine generate
 of each observation are appended to the episode exactly as they were fed to the model.
 Env errors become failed episodes; malformed actions are the env's business (error
 observations), so a policy emitting garbage never crashes a rollout.
+
+Context operators (`context/`) ride on the env (`env.context_operator`, set by
+`context.wrap_spec`): after each turn `advance` lets the operator decide what comes next; when
+it resets the context, the engine row is truncated to the task prompt (`KVBatch.truncate`)
+before the new window's first tokens are fed. Without an operator nothing changes.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Callable
 import torch
 
 from ..engines.hf import SamplingParams
-from ..envs.base import EnvSpec, Task, TextEnv
+from ..envs.base import EnvSpec, StepResult, Task, TextEnv
 from ..models.chat import ChatFormat
 from ..types import Episode, Turn
 
@@ -26,6 +31,7 @@ class _Live:
     ep: Episode
     env: TextEnv
     done: bool = False
+    summarizing: bool = False     # a context operator asked for a summary: the next turn is it
 
 
 def new_episode(task: Task, group: int, prompt_ids: list[int]) -> Episode:
@@ -36,16 +42,27 @@ def new_episode(task: Task, group: int, prompt_ids: list[int]) -> Episode:
                    meta={"hops": task.meta.get("hops")} if "hops" in task.meta else {})
 
 
+def start_context(ep: Episode, env: TextEnv) -> None:
+    """Mark a fresh episode (its tokens so far = the task prompt) as managed by the env's
+    context operator, if it has one: segments then follow context windows."""
+    op = getattr(env, "context_operator", None)
+    if op is not None:
+        ep.context, ep.window_prefix = op.name, len(ep.token_ids)
+
+
 def append_turn(ep: Episode, ids: list[int], lps: list[float], action: str) -> Turn:
-    """Append one assistant message (policy tokens)."""
+    """Append one assistant message (policy tokens). Its segment is its turn number, or under a
+    context operator its context window (a segment starts at the window's first turn)."""
     k = ep.num_turns
+    seg = len(ep.window_starts) if ep.context else k
     start = len(ep.token_ids)
-    ep.segment_starts.append(start)
+    if len(ep.segment_starts) <= seg:
+        ep.segment_starts.append(start)
     ep.token_ids += ids
     ep.response_mask += [1] * len(ids)
     ep.logprobs += lps
     ep.turn_index += [k] * len(ids)
-    ep.segment_index += [k] * len(ids)
+    ep.segment_index += [seg] * len(ids)
     ep.generated_tokens += len(ids)
     turn = Turn(start=start, end=len(ep.token_ids), action=action, observation="", tool=None)
     ep.turns.append(turn)
@@ -63,9 +80,8 @@ def append_observation(ep: Episode, turn: Turn, obs_ids: list[int], text: str) -
     turn.obs_end = len(ep.token_ids)
 
 
-def apply_step(live: _Live, fmt: ChatFormat, turn: Turn, max_tokens: int,
-               max_new_tokens: int) -> list[int] | None:
-    """Step the env with the turn's action; returns the next chunk of ids, or None when done."""
+def step_env(live: _Live, turn: Turn) -> StepResult | None:
+    """Step the env with the turn's action; None (the episode is finished) when it ended."""
     ep = live.ep
     try:
         res = live.env.step(turn.action)
@@ -82,12 +98,38 @@ def apply_step(live: _Live, fmt: ChatFormat, turn: Turn, max_tokens: int,
         ep.success = bool(res.info.get("success", res.reward > 0))
         ep.finish = "answer" if res.terminated else "max_turns"
         return None
+    return res
+
+
+def apply_step(live: _Live, fmt: ChatFormat, turn: Turn, max_tokens: int,
+               max_new_tokens: int) -> list[int] | None:
+    """Step the env with the turn's action; returns the next chunk of ids, or None when done."""
+    ep = live.ep
+    res = step_env(live, turn)
+    if res is None:
+        return None
     obs_ids = fmt.observation_ids(res.observation)
     if len(ep.token_ids) + len(obs_ids) + max_new_tokens > max_tokens:
         live.done, ep.finish = True, "max_tokens"
         return None
     append_observation(ep, turn, obs_ids, res.observation)
     return obs_ids
+
+
+def advance(live: _Live, fmt: ChatFormat, turn: Turn, max_tokens: int,
+            max_new_tokens: int) -> tuple[list[int] | None, bool, bool]:
+    """After a policy turn: (the row's next chunk or None when the episode is done, whether the
+    context now ends at a new segment-boundary state, whether the context was reset).
+
+    Without a context operator this is `apply_step`, and every observation starts a segment.
+    With one, the operator decides (`context.operators`); on a reset the caller must truncate
+    the engine row to `ep.window_prefix` tokens before feeding the chunk.
+    """
+    op = getattr(live.env, "context_operator", None)
+    if op is None:
+        chunk = apply_step(live, fmt, turn, max_tokens, max_new_tokens)
+        return chunk, chunk is not None, False
+    return op.advance(live, fmt, turn, max_tokens, max_new_tokens)
 
 
 def run_episodes(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[tuple[Task, int]],
@@ -97,7 +139,8 @@ def run_episodes(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[tuple[Task,
     """Roll out one episode per (task, group) pair with the engine's model, `batch_size` at a time.
 
     `on_state(episode, env)`, if given, is called at every segment-boundary state the policy is
-    about to act from (after reset, and after each observation is appended), e.g. to snapshot
+    about to act from (after reset, and after each observation is appended, or under a context
+    operator after each context reset), e.g. to snapshot
     the env for forking (the vine controller). It must not modify either argument.
     """
     episodes: list[Episode] = []
@@ -116,6 +159,7 @@ def _run_batch(engine, fmt, spec, tasks, params, max_tokens, generator,
         user = env.reset(task)
         prompt = fmt.prompt_ids(env.system_prompt, user)
         lives.append(_Live(new_episode(task, group, prompt), env))
+        start_context(lives[-1].ep, env)
         chunks.append(prompt)
         if on_state is not None:
             on_state(lives[-1].ep, env)
@@ -138,8 +182,10 @@ def drive_batch(engine, fmt: ChatFormat, lives: list[_Live], chunks: list[list[i
         for r, g_ids, g_lps in zip(rows, ids, lps):
             lv = lives[r]
             turn = append_turn(lv.ep, g_ids, g_lps, fmt.decode_action(g_ids))
-            chunks[r] = apply_step(lv, fmt, turn, max_tokens, params.max_new_tokens)
-            if on_state is not None and chunks[r] is not None:
+            chunks[r], boundary, reset = advance(lv, fmt, turn, max_tokens, params.max_new_tokens)
+            if reset:
+                kv.truncate(r, lv.ep.window_prefix)
+            if on_state is not None and boundary:
                 on_state(lv.ep, lv.env)
     return [lv.ep for lv in lives]
 

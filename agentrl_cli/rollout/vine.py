@@ -2,13 +2,15 @@
 
 1. Sample `G` episodes per task exactly like `linear`, snapshotting the env at every
    segment-boundary state `s_k` (the runner's `on_state` hook; `s_k` = the episode's tokens up to
-   the start of turn k, `k = 0..T-1`).
+   the start of segment k, `k = 0..K-1`: one segment per turn, or per context window under a
+   context operator).
 2. From each `s_k`, run `algo.vine_k` extra continuations with the current policy: a fresh env is
-   restored from the snapshot and the continuation's prompt is the episode's exact token prefix
-   (token-in, token-out). `V(s_k)` = the mean reward of its continuations.
+   restored from the snapshot and the continuation's prompt is the context the policy saw at
+   `s_k`, exact token ids (the episode's token prefix; under a context operator its visible
+   part, prompt + current window). `V(s_k)` = the mean reward of its continuations.
    `s_0` (the task prompt) is the same state for every episode of a group, so its continuations
    are run once per group and shared.
-3. `extras["segment_values"][b]` = [V(s_0), ..., V(s_{T_b-1})] of episode b (NaN for a state that
+3. `extras["segment_values"][b]` = [V(s_0), ..., V(s_{K_b-1})] of episode b (NaN for a state that
    got no continuation); the "vine" estimator turns them into segment advantages.
 
 Continuations are only used for values, never trained on; their generated tokens are counted in
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult, run_groups, shape_rewards
+from ..context.windows import resume_from_visible, visible_ids
 from .runner import _Live, drive_batch, new_episode
 
 
@@ -41,8 +44,8 @@ class _State:
     """One segment-boundary state to estimate."""
 
     source: int                   # index of the episode it was recorded on
-    boundary: int                 # k: the state before turn k
-    prefix: list[int]             # the episode's token ids up to turns[k].start
+    boundary: int                 # k: the state before segment k
+    prefix: list[int]             # the context at segment_starts[k] (visible ids)
     snapshot: object              # env snapshot at that state
     cost: int                     # tokens the source episode generated from this state on
 
@@ -55,20 +58,20 @@ def boundary_states(eps: list[Episode], snaps: dict[int, list[tuple[int, object]
     root: dict[int, int] = {}
     for b, ep in enumerate(eps):
         recorded = snaps.get(id(ep), [])
-        if len(recorded) < ep.num_turns:
-            raise RuntimeError(f"vine: episode {b} has {ep.num_turns} turns but "
+        if len(recorded) < len(ep.segment_starts):
+            raise RuntimeError(f"vine: episode {b} has {len(ep.segment_starts)} segments but "
                                f"{len(recorded)} recorded states")
         row = []
-        for k, turn in enumerate(ep.turns):
+        for k, start in enumerate(ep.segment_starts):
             length, snap = recorded[k]
-            if length != turn.start:
+            if length != start:
                 raise RuntimeError(f"vine: state {k} of episode {b} is at token {length}, "
-                                   f"turn starts at {turn.start}")
+                                   f"segment starts at {start}")
             if k == 0 and ep.group in root:
                 row.append(root[ep.group])
                 continue
-            cost = sum(t.end - t.start for t in ep.turns[k:])
-            states.append(_State(b, k, ep.token_ids[:turn.start], snap, cost))
+            cost = sum(ep.response_mask[start:])
+            states.append(_State(b, k, visible_ids(ep, start), snap, cost))
             if k == 0:
                 root[ep.group] = len(states) - 1
             row.append(len(states) - 1)
@@ -112,6 +115,7 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
             env = ctx.spec.make()
             env.restore(st.snapshot)
             ep = new_episode(tasks[src.group], src.group, st.prefix)
+            resume_from_visible(ep, src)
             ep.meta.update(vine_state=s, source=st.source, boundary=st.boundary)
             lives.append(_Live(ep, env))
             chunks.append(list(st.prefix))

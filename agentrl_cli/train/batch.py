@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
+from ..context.windows import window_index
 from ..models.sequences import hidden_states, logprobs_from_hidden, pad_episodes, pad_field
 from ..types import Episode
 
@@ -31,6 +32,8 @@ class Batch:
     returns: torch.Tensor | None = None       # [B, L] critic targets (masked by value_mask)
     value_mask: torch.Tensor | None = None    # [B, L] where the critic is regressed
     extras: dict = field(default_factory=dict)  # estimator-specific inputs (segment values, ...)
+    window_index: torch.Tensor | None = None  # [B, L] long context window of each token (-1 on
+                                  # the prompt), None when no episode's context was reset
 
     @property
     def size(self) -> int:
@@ -47,6 +50,13 @@ class Batch:
 
 def collate(episodes: list[Episode], pad_id: int) -> Batch:
     ids, mask, attn = pad_episodes(episodes, pad_id)
+    windows = None
+    if any(e.window_starts for e in episodes):
+        windows = torch.zeros_like(ids)
+        for i, e in enumerate(episodes):
+            w = window_index(e)
+            if w:
+                windows[i, :len(w)] = torch.tensor(w, dtype=torch.long)
     return Batch(
         input_ids=ids, attention_mask=attn, response_mask=mask,
         engine_logprobs=pad_field(episodes, "logprobs", 0.0, torch.float),
@@ -54,6 +64,7 @@ def collate(episodes: list[Episode], pad_id: int) -> Batch:
         segment_index=pad_field(episodes, "segment_index", -1, torch.long),
         rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float),
         group_index=torch.tensor([e.group for e in episodes], dtype=torch.long),
+        window_index=windows,
     )
 
 
@@ -93,7 +104,7 @@ def forward(model, value_head, mb: Batch, temperature: float, chunk: int = 512):
     """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0).
 
     `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence)."""
-    h = hidden_states(model, mb.input_ids, mb.attention_mask)
+    h = hidden_states(model, mb.input_ids, mb.attention_mask, mb.window_index)
     lp = logprobs_from_hidden(model, h, mb.input_ids, temperature, chunk)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None

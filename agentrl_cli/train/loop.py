@@ -18,6 +18,7 @@ import torch
 
 from .. import losses
 from ..config import RunConfig
+from ..context import wrap_spec
 from ..credit.estimators import ESTIMATORS
 from ..engines import build_engine, check_engine
 from ..engines.hf import SamplingParams
@@ -42,11 +43,13 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 
 def make_spec(cfg: RunConfig):
     """The configured env spec. Every env factory receives the whole env section (as the tiny
-    model's builder does) and documents which options apply to it."""
+    model's builder does) and documents which options apply to it. Its envs run under the
+    configured context operator (`context.wrap_spec`; unchanged for `none`)."""
     e = cfg.env
-    return ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
+    spec = ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
                             max_turns=e.max_turns, n_entities=e.n_entities, n_train=e.n_train,
                             n_eval=e.n_eval, relations=e.relations)
+    return wrap_spec(spec, cfg.context)
 
 
 class TaskSampler:
@@ -275,6 +278,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             **stats,
             **result.extras.get("metrics", {}),
         }
+        if cfg.context.operator != "none":
+            row["rollout/context_resets"] = sum(e.meta.get("context_resets", 0) for e in eps) / len(eps)
         row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s"))  # others: mean over ranks
         tokens_total += row["rollout/tokens"]
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 or step == cfg.train.steps:

@@ -4,7 +4,8 @@ tool-call boundary (METHODS §4), batched.
 For episode b with turns 0..T_b (the last turn is the final answer, or the turn at which a limit
 cut the episode), the boundary states are `S_k = token_ids[:turns[k].start]`, `k = 0..T_b`:
 `S_0` is the task prompt, `S_k` ends with the assistant header that follows the k-th
-observation, and `S_{T_b}` is the state the final turn was generated from. After each `S_k` the
+observation, and `S_{T_b}` is the state the final turn was generated from. Under a context
+operator `S_k` is the context the policy saw there (prompt + current window, `visible_ids`). After each `S_k` the
 gold answer is teacher-forced as the policy would write it: `algo.trace_answer` with
 `{answer}` replaced by `Episode.answer` (default `answer({answer})`, the search env's final
 call), tokenised by the chat format (`fmt.encode`), without the stop token. The "format" tokens
@@ -25,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ConfigError
+from ..context.windows import visible_ids
 from ..models.sequences import hidden_states, logprobs_from_hidden
 from ..types import Episode
 from .prepare import PREPARERS
@@ -35,7 +37,7 @@ def boundary_rows(episodes: list[Episode], answer_ids: list[list[int]]) -> list[
     rows = []
     for b, ep in enumerate(episodes):
         for k, turn in enumerate(ep.turns):
-            prefix = ep.token_ids[:turn.start]
+            prefix = visible_ids(ep, turn.start)
             rows.append((b, k, prefix + answer_ids[b], len(prefix)))
     return rows
 

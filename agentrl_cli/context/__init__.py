@@ -1,0 +1,39 @@
+"""Context management (METHODS.md §6): `none` (default), `compaction`, `workspace`.
+
+`context.operator` picks an operator from `OPERATORS`; `wrap_spec(spec, cfg.context)` (called
+by `train.loop.make_spec`, so training, evaluation and `agentrl rollout` all use it) makes the
+env spec's envs carry it. The rollout runner asks it what to feed after every turn
+(`context.operators`); a stored episode keeps one token sequence with its context windows
+(`context.windows`), and the trainer's forward masks attention by window so its log-probs are
+those the engine sampled with (`models.sequences.hidden_states`). Controllers and estimators
+never branch on the operator: they see segment boundaries (one per context window) as usual.
+With `none` the spec is returned unchanged and nothing differs from a run without this package.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..registry import Registry
+from .envs import ContextEnv, ContextSpec
+from .operators import Compaction, ContextOperator, Workspace
+from .windows import visible_ids, visible_len, window_index
+
+OPERATORS: Registry[Callable[..., ContextOperator | None]] = Registry("context operator")
+OPERATORS.register("none", lambda cfg: None)
+OPERATORS.register("compaction", lambda cfg: Compaction(cfg.threshold_tokens, cfg.style))
+OPERATORS.register("workspace", lambda cfg: Workspace(cfg.threshold_tokens, cfg.style))
+
+
+def make_operator(cfg) -> ContextOperator | None:
+    """The operator of a `ContextConfig` (None for `none`)."""
+    return OPERATORS.get(cfg.operator)(cfg)
+
+
+def wrap_spec(spec, cfg):
+    """`spec` with its envs under the configured operator; `spec` itself for `none`."""
+    op = make_operator(cfg)
+    return spec if op is None else ContextSpec(spec, op)
+
+
+__all__ = ["OPERATORS", "Compaction", "ContextEnv", "ContextOperator", "ContextSpec", "Workspace",
+           "make_operator", "visible_ids", "visible_len", "window_index", "wrap_spec"]
