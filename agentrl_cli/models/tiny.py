@@ -27,8 +27,8 @@ from typing import Callable
 
 import torch
 
-RECIPE_VERSION = 6
-BUILD_THREADS = 2
+RECIPE_VERSION = 7
+BUILD_THREADS = 1
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -60,7 +60,7 @@ class TinyRecipe:
     batch_size: int = 16
     lr: float = 3e-3
     max_steps: int = 1300
-    eval_start: int = 300
+    eval_start: int = 400
     eval_every: int = 50
     eval_tasks: int = 48
     target_success: float = 0.15
@@ -160,9 +160,10 @@ def make_model(recipe: TinyRecipe, vocab_size: int):
 
 
 def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
-    """Build on a fixed number of torch threads (`BUILD_THREADS`): float reductions depend on
-    the thread count, so fixing it makes the same recipe give the same model on any machine
-    (a laptop defaults to more threads than a 2-core CI box)."""
+    """Build on one torch thread (`BUILD_THREADS`): float reductions depend on the thread count,
+    so fixing it makes the same recipe give the same model on any machine (a laptop defaults to
+    more threads than a 2-core CI box). One, not two: on a busy machine two OpenMP threads spin
+    while waiting for each other and the build slowed several-fold (measured here)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(BUILD_THREADS)
     try:
