@@ -297,6 +297,9 @@ def _validate_context(cfg: RunConfig) -> None:
     if cfg.rollout.workers > 0 or cfg.rollout.engine != "hf":
         raise ConfigError(f"context.operator={c.operator} runs with the in-process hf engine only "
                           "(rollout.engine=hf, rollout.workers=0)")
+    if cfg.model.attention not in ("sdpa", "eager", "sink_sdpa"):
+        raise ConfigError(f"context.operator={c.operator} trains with a dense window mask: "
+                          f"model.attention must be sdpa, eager or sink_sdpa, got {cfg.model.attention}")
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:

@@ -4,6 +4,7 @@ unchanged, and end-to-end training with focus and grpo."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import torch
@@ -91,7 +92,7 @@ def test_workspace_tools_snapshot_and_turn_limit(micro_policy):
     for i in range(MAX_KEYS):
         env.store[f"k{i}"] = "v"
     assert env.step("put(extra, v)").info["error"]
-    assert spec.expert(env, __import__("random").Random(0)).startswith("search(")
+    assert spec.expert(env, random.Random(0)).startswith("search(")
 
 
 # ----------------------------------------------------------------------------- compaction
@@ -186,6 +187,17 @@ def test_trainer_logprobs_equal_engine_and_visible_context(micro_policy, compact
     assert checked >= 2
 
 
+@pytest.mark.parametrize("attention", ["eager", "sink_sdpa"])
+def test_window_mask_with_other_attentions(micro_policy, compacted, attention):
+    """eager gets an additive float mask, sink_sdpa the boolean one; same log-probs as the engine."""
+    from agentrl_cli.models.loading import load_policy
+
+    _, _, fmt, _ = micro_policy
+    model, *_ = load_policy(config.load(sets=MICRO + [f"model.attention={attention}"]),
+                            log=lambda s: None)
+    assert _trainer_gap(model, fmt, compacted[1]) < 1e-4
+
+
 def test_truncated_row_equals_a_fresh_prefill(micro_policy):
     model, _, fmt, _ = micro_policy
     kv = HFEngine(model, fmt.pad_id).new_batch(2)
@@ -224,6 +236,8 @@ def test_config_validation():
         config.load(sets=["context.operator=compaction", "context.threshold_tokens=800"])
     with pytest.raises(ConfigError, match="in-process hf engine"):
         config.load(sets=["context.operator=workspace", "rollout.workers=2"])
+    with pytest.raises(ConfigError, match="model.attention must be"):
+        config.load(sets=["context.operator=compaction", "model.attention=flex_attention"])
     with pytest.raises(ConfigError, match="context.style"):
         config.load(sets=["context.style=bullet"])
     with pytest.raises(Exception, match="unknown context operator 'compact'"):
@@ -325,3 +339,14 @@ def test_train_end_to_end(tmp_path, method, operator):
     assert all(torch.isfinite(torch.tensor(float(v))) for k, v in step.items()
                if k.startswith(("loss/", "adv/")))
     assert json.loads((tmp_path / "config.json").read_text())["context"]["operator"] == operator
+
+
+def test_cli_one_line_error_for_an_unreachable_threshold():
+    from typer.testing import CliRunner
+
+    from agentrl_cli.cli.main import app
+
+    res = CliRunner().invoke(app, ["train", "--method", "focus", "--set", "context.operator=compaction",
+                                   "--set", "context.threshold_tokens=2000"])
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "context.threshold_tokens" in lines[0]
