@@ -2,27 +2,32 @@
 the refined values on a tree whose true node values are known?
 
 A *world* supplies the states: root episodes (the fixed audit tree) and continuations from any
-node. Two worlds exist:
+of its states. Two worlds exist:
 
 - `SyntheticWorld` (instant, the default): tasks are explicit finite Markov trees of latent
   states with Bernoulli leaves, so every true value is exact (`LatentTree.value`). A continuation
   from a node samples a fresh path of latent states below the node's latent state; every state
-  it passes becomes a new, resumable node, exactly as in the real rollout (one node per visit).
+  it passes becomes a new node (one node per visit, as in the real rollout).
 - `diagnostics.audit_env.EnvWorld`: root episodes of a checkpoint's policy on an env; each
   audit state's true value is the mean reward of many fresh continuations from it.
+
+Candidates [our choice]: by default only the audit tree's own states can be branched from (the
+tree is fixed; continuations add evidence below them), so `uniform` is exactly round-robin over
+the audit states and every allocator spends its budget on the states that are measured. With
+`grow=True` (synthetic world) the states continuations reach are candidates too, as in training.
 
 The simulation uses the real FOCUS machinery: the node statistics of `rollout.tree.Node`
 (`n`, `cbar`, `inflight`, `launched`, `own_inflight`), their gain `rollout.focus.gain`
 (`credit.focus_gain`), the allocators of `rollout.focus.ALLOCATORS` through the very decision
 function the rollout runner calls (`rollout.focus.pick_continuation`), and the refined values
-of `Tree.refine` (`credit.refine_values`, Eq. 1). Paths advance one state per tick and at most
-`capacity` run at once, as the asynchronous runner's rows do, so in-flight continuations are
-counted in `n_eff`.
+of `credit.refine_values` (Eq. 1; backed up incrementally, equal to it, tested). Paths advance
+one state per tick and at most `capacity` run at once, as the asynchronous runner's rows do, so
+in-flight continuations count in `n_eff`.
 
 Measured: after every completed continuation, the mean over the audit nodes (the non-terminal
-states of the root episodes, a fixed set shared by every allocator) of `(V~(s) - V*(s))^2`.
-Leaves created by continuations do not enter the mean; they only improve the estimates above
-them. For a given seed every allocator and critic starts from the same audit tree.
+states of the root episodes, a fixed set shared by every allocator) of `(V~(s) - V*(s))^2`
+(or of the calibrated estimate `m_n` with `estimate="calibrated"`). For a given seed every
+allocator and critic starts from the same audit tree.
 """
 from __future__ import annotations
 
