@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import re
 import threading
 from collections import defaultdict
 from fractions import Fraction
@@ -145,9 +146,14 @@ def test_imperfect_expert_rate(spec):
     env = spec.make()
     by_hops = defaultdict(list)
     for task in spec.tasks("train"):
-        _, results = run_expert(spec, env, task, rng, error_rate=0.3)
+        actions, results = run_expert(spec, env, task, rng, error_rate=0.3)
         assert results[-1].terminated
         by_hops[task.meta["hops"]].append(results[-1].reward)
+        # slips are reasoning errors: every operand is copied exactly from the problem
+        numbers = set(re.findall(r"\d+", task.prompt))
+        for a in actions[:-1]:
+            left, _, right = M.split_binop(a[len("calc("):-1])
+            assert str(right) in numbers, (task.prompt, a)
     for h, rs in by_hops.items():
         assert abs(sum(rs) / len(rs) - 0.7 ** h) < 0.1, (h, sum(rs) / len(rs))
 

@@ -379,12 +379,14 @@ def _operand(x: Fraction) -> str:
     return f"({s})" if "/" in s or x < 0 else s
 
 
-def _slip(rng: random.Random, right: Fraction, distractor: int | None) -> Fraction:
-    options = [right + 1, right - 1, right + 2]
-    if distractor is not None:
-        options.append(Fraction(distractor))
-    options = [o for o in options if o > 0 and o != right]
-    return rng.choice(options)
+def _slip(rng: random.Random, want: Op, distractor: int | None) -> tuple[str, Fraction]:
+    """A reasoning slip, never a copying one (numbers are copied exactly): the wrong operation
+    on the right number, or the right operation on the problem's irrelevant number."""
+    ops = [o for o in ("+", "-", "*") if o != want.op]
+    choices = [(o, Fraction(want.right)) for o in ops]
+    if distractor is not None and Fraction(distractor) != Fraction(want.right):
+        choices.append((want.op, Fraction(distractor)))
+    return rng.choice(choices)
 
 
 def _expert_action(env: MathEnv, rng: random.Random, error_rate: float) -> str:
@@ -407,18 +409,19 @@ def _expert_action(env: MathEnv, rng: random.Random, error_rate: float) -> str:
         left, op, right = parts
         want = ops[k]
         want_left = Fraction(want.left) if want.left is not None else running
-        right_ok = right == Fraction(want.right) or error_rate > 0
-        if op == want.op and left == want_left and right_ok:
+        # a slip (error_rate > 0) still counts as this step: the expert carries on from it
+        exact = op == want.op and right == Fraction(want.right)
+        if left == want_left and (exact or error_rate > 0):
             running = _apply(left, op, right)
             k += 1
     if k >= len(ops):
         return f"answer({format_number(running)})"
     want = ops[k]
     left = Fraction(want.left) if want.left is not None else running
-    right = Fraction(want.right)
+    op, right = want.op, Fraction(want.right)
     if error_rate > 0 and rng.random() < error_rate:
-        right = _slip(rng, right, task.meta.get("distractor"))
-    return f"calc({_operand(left)}{want.op}{_operand(right)})"
+        op, right = _slip(rng, want, task.meta.get("distractor"))
+    return f"calc({_operand(left)}{op}{_operand(right)})"
 
 
 class MathSpec:
@@ -450,9 +453,9 @@ class MathSpec:
 
     def expert(self, env: MathEnv, rng: random.Random, error_rate: float = 0.0) -> str:
         """One `calc(<running value><op><operand>)` per operation, then `answer(<last result>)`.
-        With `error_rate` e, each calc uses a wrong operand (off by one or two, or the
-        problem's irrelevant number) with probability e, and the expert carries on from that
-        result."""
+        With `error_rate` e, each calc is a reasoning slip with probability e (the wrong
+        operation, or the problem's irrelevant number as the operand; numbers are always
+        copied exactly), and the expert carries on from that result."""
         return _expert_action(env, rng, error_rate)
 
 
