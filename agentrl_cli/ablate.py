@@ -17,6 +17,10 @@ resumes from it (`agentrl train --resume`); anything else starts over.
 Cells run one after another in this process (`jobs = 1`) or as `jobs` parallel
 `agentrl train` subprocesses (each with its log in `train.log`).
 
+Presets (`PRESETS`): the papers' named ablations: FOCUS refinement rollouts on/off,
+compaction vs workspace, free vs structured compaction; MPO turn vs token ratio; TRACE K = 3
+vs 0.
+
 Reported per cell (mean ± sample std over its finished seeds): the final held-out success, the
 tokens generated in training, and generated tokens per held-out question, in one table
 (`summary.csv`, `summary.json`), plus `learning_curves.png` (held-out success vs step) and
@@ -84,6 +88,17 @@ PRESETS.register("trace-k", Preset(
     "expressed as algo.alpha_turn=0, since algo.trace_k must be >= 1)",
     ("trace",),
     lambda cfg: [Axis("trace_k", (("3", ("algo.trace_k=3",)), ("0", ("algo.alpha_turn=0",))))]))
+PRESETS.register("workspace", Preset(
+    "FOCUS with a compaction operator vs an in-memory workspace (put/get/scan/delete tools)",
+    ("focus",),
+    lambda cfg: [Axis("context", (("compaction", ("context.operator=compaction",)),
+                                  ("workspace", ("context.operator=workspace",))))]))
+PRESETS.register("compaction-style", Preset(
+    "FOCUS with compaction: free-form vs structured (four sections) summary prompt",
+    ("focus",),
+    lambda cfg: [Axis("style", (("free", ("context.operator=compaction", "context.style=free")),
+                                ("structured", ("context.operator=compaction",
+                                                "context.style=structured"))))]))
 
 
 def short(key: str, keys: list[str]) -> str:
@@ -428,7 +443,8 @@ def record(sweep: Sweep, axes: list[Axis], preset: str | None) -> None:
 
 def summary_table(res: dict):
     """One row per cell: mean ± std over seeds of the final held-out success, the tokens
-    generated in training, per step and per held-out question (the best success in bold green)."""
+    generated in training, per step and per held-out question (the best success in bold green).
+    A cell with fewer finished seeds than the sweep shows its count (n=...)."""
     from rich.table import Table
 
     def pm(m, s, fmt):
@@ -436,15 +452,16 @@ def summary_table(res: dict):
 
     t = Table(title=f"ablation {res['out']}: budget {res['budget_tokens']} tokens/step, "
                     f"seeds {','.join(map(str, res['seeds']))}")
-    t.add_column("cell", overflow="fold")
-    for c in ("seeds", "held-out success", "tokens", "tok/step", "tok/question"):
+    t.add_column("cell", no_wrap=True)
+    for c in ("held-out success", "tokens", "tok/step", "tok/question"):
         t.add_column(c, justify="right")
     top = max((c["final_success_mean"] for c in res["cells"] if c["final_success_mean"] is not None),
               default=None)
     for c in res["cells"]:
         best = top is not None and c["final_success_mean"] == top
-        t.add_row(c["name"], str(len(c["seeds"])),
-                  pm(c["final_success_mean"], c["final_success_std"], ".3f"),
+        n = len(c["seeds"])
+        t.add_row(c["name"], pm(c["final_success_mean"], c["final_success_std"], ".3f")
+                  + (f" (n={n})" if n < len(res["seeds"]) else ""),
                   pm(c["tokens_mean"], c["tokens_std"], ".0f"),
                   "–" if c["tokens_per_step_mean"] is None else f"{c['tokens_per_step_mean']:.0f}",
                   pm(c["tokens_per_question_mean"], c["tokens_per_question_std"], ".1f"),

@@ -56,6 +56,13 @@ def test_presets_set_the_papers_ablations():
     tk = AB.plan(["trace"], AB.PRESETS.get("trace-k").axes(base))
     k3, k0 = (config.load(sets=list(c.sets), method="trace").algo for c in tk)
     assert (k3.trace_k, k3.alpha_turn) == (3, 0.2) and k0.alpha_turn == 0.0
+    ws = AB.plan(["focus"], AB.PRESETS.get("workspace").axes(base))
+    assert [config.load(sets=list(c.sets), method="focus").context.operator for c in ws] == [
+        "compaction", "workspace"]
+    st = AB.plan(["focus"], AB.PRESETS.get("compaction-style").axes(base))
+    assert [(x.operator, x.style) for x in (config.load(sets=list(c.sets), method="focus").context
+                                             for c in st)] == [("compaction", "free"),
+                                                               ("compaction", "structured")]
     r = runner.invoke(app, ["ablate", "--preset", "nope"])
     assert r.exit_code == 2 and "refinement" in r.output
 
@@ -180,3 +187,24 @@ def test_bad_sweeps_fail_before_running(tmp_path):
         r = runner.invoke(app, ["ablate", "--out", str(tmp_path / "x"), "--budget", "10", *args])
         assert r.exit_code == 2 and needle in r.output, (args, r.output)
         assert not list((tmp_path / "x").glob("cells/*"))
+
+
+def test_a_failed_run_is_reported_and_the_others_still_summarised(tmp_path, monkeypatch):
+    def fake(sweep, cell, seed):
+        if cell.name.endswith("=1"):
+            raise RuntimeError("env exploded")
+        run = sweep.run_dir(cell, seed)
+        run.mkdir(parents=True)
+        s = {"final_success": 0.25, "tokens_generated": 100, "final_tokens_per_question": 5.0,
+             "base_success": 0.1, "wall_seconds": 1.0}
+        (run / "summary.json").write_text(json.dumps(s))
+        return s
+
+    monkeypatch.setattr(AB, "_train_here", fake)
+    r = runner.invoke(app, ["ablate", "--method", "grpo", "--grid", "algo.kl_coef=0,1",
+                            "--out", str(tmp_path), "--budget", "10", *_sets()])
+    assert r.exit_code == 1
+    assert "failed" in r.output and "env exploded" in r.output and "0.250" in r.output
+    rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
+    assert [(x["cell"], x["final_success_mean"]) for x in rows] == [("grpo_kl_coef=0", "0.25"),
+                                                                    ("grpo_kl_coef=1", "")]

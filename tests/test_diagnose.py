@@ -254,14 +254,14 @@ def test_critic_rank_on_a_run(micro_run, tmp_path):
     tasks = pol.spec.tasks("eval", 2)
     eps, states = sample_episodes(pol, [(t, g) for g, t in enumerate(tasks)], 0)
     row = data["checkpoints"][1]
-    assert row["states"] == sum(e.num_turns for e in eps) == sum(len(s) for s in states)
+    assert row["states"] == sum(len(e.segment_starts) for e in eps) == sum(len(s) for s in states)
     from agentrl_cli.train.batch import collate, forward
     batch = collate(eps, pol.fmt.pad_id)
     with torch.no_grad():
         _, values = forward(pol.model, pol.value_head, batch, cfg.rollout.temperature)
-    want = [float(values[b, t.start]) for b, e in enumerate(eps) for t in e.turns]
+    want = [float(values[b, s]) for b, e in enumerate(eps) for s in e.segment_starts]
     assert row["critic"] == pytest.approx(want, abs=1e-5)
-    assert critic_at_states(pol, eps) == [pytest.approx([float(values[b, t.start]) for t in e.turns], abs=1e-5)
+    assert critic_at_states(pol, eps) == [pytest.approx([float(values[b, s]) for s in e.segment_starts], abs=1e-5)
                                           for b, e in enumerate(eps)]
     assert all(x in (0.0, 0.5, 1.0) for x in row["targets"])  # means of 2 0/1 rewards
 
@@ -310,7 +310,7 @@ def test_env_world_audit_states_truth_and_pool(micro_run):
     pol = load_checkpoint_policy(cfg, micro_run)
     w = EnvWorld(pol, n_tasks=2, roots=2, samples=2, seed=0)
     eps = w.episodes
-    assert w.n_states == 2 + sum(e.num_turns - 1 for e in eps)   # one shared s_0 per task
+    assert w.n_states == 2 + sum(len(e.segment_starts) - 1 for e in eps)  # one shared s_0 per task
     assert w.n_continuations == 2 * w.n_states and all(len(p) == 2 for p in w.pool)
     assert w.truth == [sum(d.reward for d in p) / 2 for p in w.pool]
     batch = collate(eps, pol.fmt.pad_id)
@@ -318,12 +318,30 @@ def test_env_world_audit_states_truth_and_pool(micro_run):
         _, values = forward(pol.model, pol.value_head, batch, cfg.rollout.temperature)
     for g in range(2):
         mine = [b for b, e in enumerate(eps) if e.group == g]
-        assert w.root_state(g).critic == pytest.approx(float(values[mine[0], eps[mine[0]].turns[0].start]), abs=1e-5)
+        assert w.root_state(g).critic == pytest.approx(float(values[mine[0], eps[mine[0]].segment_starts[0]]), abs=1e-5)
         for j, b in enumerate(mine):
             path = w.root_path(g, j, random.Random(0))
-            assert path.reward == eps[b].reward and len(path.states) == eps[b].num_turns - 1
+            assert path.reward == eps[b].reward and len(path.states) == len(eps[b].segment_starts) - 1
             assert [s.critic for s in path.states] == pytest.approx(
-                [float(values[b, t.start]) for t in eps[b].turns[1:]], abs=1e-5)
+                [float(values[b, s]) for s in eps[b].segment_starts[1:]], abs=1e-5)
             assert all(s.resumable and s.truth is not None for s in path.states)
     draw = w.continuation(0, w.root_state(0), random.Random(0))
     assert draw in w.pool[w.root_key[0]] and not any(s.resumable for s in draw.states)
+
+
+def test_continuations_resume_from_the_visible_context_under_compaction(micro_policy):
+    from agentrl_cli.context.windows import visible_ids
+    from agentrl_cli.diagnostics.mc import continue_from, load_checkpoint_policy, sample_episodes
+
+    cfg = config.load(sets=MICRO + ["context.operator=compaction", "context.threshold_tokens=100",
+                                    "env.max_turns=6"])
+    pol = load_checkpoint_policy(cfg, None)
+    (task,) = pol.spec.tasks("eval", 1)
+    (ep,), (states,) = sample_episodes(pol, [(task, 0)], 0)
+    assert ep.window_starts, "needs an episode with a context reset"
+    assert [s.prefix for s in states] == [visible_ids(ep, s) for s in ep.segment_starts]
+    assert len(states[-1].prefix) < ep.segment_starts[-1]           # the history was cut
+    conts = continue_from(pol, states, 1, seed=1)
+    for st, (c,) in zip(states, conts):
+        assert c.token_ids[:len(st.prefix)] == st.prefix and c.context == ep.context
+        assert c.window_prefix == ep.window_prefix and c.generated_tokens > 0

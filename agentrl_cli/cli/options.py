@@ -76,6 +76,8 @@ def user_errors(fn):
         except KeyboardInterrupt:
             print("interrupted (resume with --resume <out dir>)", file=sys.stderr)
             raise typer.Exit(130)
+        except typer.Exit:  # a command's own exit code (e.g. ablate: some runs failed)
+            raise
         except Exception as e:  # an unexpected failure: still one line unless debugging
             if os.environ.get("AGENTRL_DEBUG") == "1":
                 raise

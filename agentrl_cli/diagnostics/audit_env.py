@@ -28,8 +28,8 @@ class EnvWorld:
         self.n_tasks, self.roots = len(tasks), roots
         self.episodes = eps
         head = pol.value_head is not None
-        vals = critic_at_states(pol, eps) if head else [[None] * e.num_turns for e in eps]
-        # distinct audit states: one shared s_0 per task, then every episode's s_1..s_{T-1}
+        vals = critic_at_states(pol, eps) if head else [[None] * len(e.segment_starts) for e in eps]
+        # distinct audit states: one shared s_0 per task, then every episode's s_1..s_{K-1}
         audit: list = []
         self.critic: list[float | None] = []
         self.root_key: list[int] = []
@@ -50,8 +50,8 @@ class EnvWorld:
             self.rewards[g].append(eps[b].reward)
         conts = continue_from(pol, audit, samples, seed + 1)
         flat = [e for c in conts for e in c]
-        fvals = critic_at_states(pol, flat, first_turn=1) if head else [
-            [None] * (e.num_turns - 1) for e in flat]
+        fvals = critic_at_states(pol, flat, first=1) if head else [
+            [None] * (len(e.segment_starts) - 1) for e in flat]
         cvals, i = [], 0
         for c in conts:
             cvals.append(fvals[i:i + len(c)])

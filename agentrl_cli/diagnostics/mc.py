@@ -5,12 +5,15 @@ and the variance decomposition.
 
 - `load_checkpoint_policy`: the policy of a checkpoint (or of `cfg.model`) with its value head
   (the critic stored in `trainer_state.pt`, None for a critic-free method).
-- `sample_episodes`: episodes with the env snapshotted at every state `s_k` the policy acts
-  from (the runner's `on_state` hook): `s_k` is the episode's first `turns[k].start` tokens.
+- `sample_episodes`: episodes with the env snapshotted at every segment-boundary state `s_k`
+  (the runner's `on_state` hook): the context before segment k, which starts at
+  `segment_starts[k]` (one segment per turn; per context window under a context operator).
 - `continue_from`: fresh on-policy continuations from stored states: a new env restored from the
-  snapshot, the exact token prefix as the prompt (token-in, token-out), the batched runner.
+  snapshot, the exact visible context at `s_k` as the prompt (token-in, token-out; under a context
+  operator the prompt + the current window, as the vine controller resumes), the batched runner.
 - `critic_at_states`, `critic_at_tokens`: value-head outputs at `s_k` / at every policy token
-  (`V_{t,i}` = the value of the state before token i of turn t, as the trainer computes it).
+  (`V_{t,i}` = the value of the state before token i of turn t), from the trainer's own forward
+  pass (window masks included).
 """
 from __future__ import annotations
 
@@ -72,19 +75,21 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
 
 @dataclass
 class BoundaryState:
-    """State s_k of an episode: the context before its turn k."""
+    """State s_k of an episode: the context before its segment k."""
 
     episode: int                  # index of the episode it was recorded on
     k: int
     task: Task
     group: int
-    prefix: list[int]             # the episode's first turns[k].start tokens
+    prefix: list[int]             # the visible context at segment_starts[k]
     snapshot: Any                 # env snapshot at that state
+    source: Episode               # the episode (its context-operator bookkeeping)
 
 
 def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
                     ) -> tuple[list[Episode], list[list[BoundaryState]]]:
-    """One episode per (task, group) pair, and per episode its states s_0..s_{T-1}."""
+    """One episode per (task, group) pair, and per episode its states s_0..s_{K-1}."""
+    from ..context.windows import visible_ids
     from ..rollout.controllers import RolloutContext, shape_rewards
     from ..rollout.runner import run_episodes
 
@@ -102,17 +107,18 @@ def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
     for b, (ep, (task, group)) in enumerate(zip(eps, pairs)):
         row = []
         recorded = snaps.get(id(ep), [])
-        for k, turn in enumerate(ep.turns):
+        for k, start in enumerate(ep.segment_starts):
             length, snap = recorded[k]
-            if length != turn.start:
-                raise RuntimeError(f"state {k} of episode {b} is at token {length}, turn starts at {turn.start}")
-            row.append(BoundaryState(b, k, task, group, ep.token_ids[:turn.start], snap))
+            if length != start:
+                raise RuntimeError(f"state {k} of episode {b} is at token {length}, segment starts at {start}")
+            row.append(BoundaryState(b, k, task, group, visible_ids(ep, start), snap, ep))
         states.append(row)
     return eps, states
 
 
 def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -> list[list[Episode]]:
     """`n` fresh continuations from each state (batched `rollout.batch_size` at a time)."""
+    from ..context.windows import resume_from_visible
     from ..rollout.controllers import RolloutContext, shape_rewards
     from ..rollout.runner import _Live, drive_batch, new_episode
 
@@ -126,7 +132,9 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
             st = states[i]
             env = pol.spec.make()
             env.restore(st.snapshot)
-            lives.append(_Live(new_episode(st.task, st.group, st.prefix), env))
+            ep = new_episode(st.task, st.group, st.prefix)
+            resume_from_visible(ep, st.source)
+            lives.append(_Live(ep, env))
             chunks.append(list(st.prefix))
             which.append(i)
         done = drive_batch(pol.engine, pol.fmt, lives, chunks, pol.params, c.max_tokens, gen)
@@ -155,12 +163,12 @@ def _values(pol: Policy, episodes: list[Episode]) -> torch.Tensor:
     return vals
 
 
-def critic_at_states(pol: Policy, episodes: list[Episode], first_turn: int = 0) -> list[list[float]]:
-    """Per episode [V(s_k) for k = first_turn..T-1], V(s_k) at the start of turn k."""
+def critic_at_states(pol: Policy, episodes: list[Episode], first: int = 0) -> list[list[float]]:
+    """Per episode [V(s_k) for k = first..K-1], V(s_k) at the start of segment k."""
     if not episodes:
         return []
     vals = _values(pol, episodes)
-    return [[float(vals[b, t.start]) for t in ep.turns[first_turn:]] for b, ep in enumerate(episodes)]
+    return [[float(vals[b, s]) for s in ep.segment_starts[first:]] for b, ep in enumerate(episodes)]
 
 
 def critic_at_tokens(pol: Policy, episodes: list[Episode]) -> list[list[list[float]]]:
