@@ -350,3 +350,19 @@ def test_cli_one_line_error_for_an_unreachable_threshold():
                                    "--set", "context.threshold_tokens=2000"])
     lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and "context.threshold_tokens" in lines[0]
+
+
+@pytest.mark.parametrize("operator", ["compaction", "workspace"])
+def test_focus_continuations_after_context_resets(tmp_path, operator):
+    """Regression: with a token budget FOCUS launches several continuations from one node in a
+    single fill; when the node's original path has reset its context since, the next path
+    through the node may be a just-launched continuation whose row is not fed yet, and forking
+    from it failed ("fork: prefix_len ... outside [0, 0]"). Such rows must be passed over."""
+    threshold = 120 if operator == "compaction" else 200
+    cfg = config.load(method="focus", sets=MICRO + [
+        "train.steps=1", "train.eval_tasks=1", "env.max_turns=4", "rollout.max_tokens=400",
+        "rollout.budget_tokens=200", f"context.operator={operator}",
+        f"context.threshold_tokens={threshold}"])
+    loop.train(cfg, tmp_path, log=lambda s: None)
+    step = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
+    assert step["step"] == 1 and step["rollout/logprob_gap"] < 1e-4

@@ -242,7 +242,8 @@ class FocusRunner:
         p = self._new_path(tree, _Live(ep, env), node.id, continuation=True)
         src_row = next((self.paths[q].row for q in tree.through[node.id]
                         if self.paths[q].row is not None and q != p.pid
-                        and self._holds(self.paths[q].live.ep, ep)), None)
+                        and self._holds(self.paths[q].live.ep, ep)
+                        and int(self.kv.lengths[self.paths[q].row]) >= visible_len(ep)), None)
         if src_row is not None:
             p.row = self.kv.fork(src_row, visible_len(ep))
             p.feed = []                      # refeeds the prefix's last token
