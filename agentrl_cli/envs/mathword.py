@@ -17,7 +17,6 @@ Everything is deterministic from the seed (`random.Random`, never the global RNG
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import logging
 import random
@@ -27,8 +26,8 @@ from fractions import Fraction
 from typing import Any
 
 from ..config import ConfigError
-from .base import ENVS, StepResult, Task
-from .calls import parse_call
+from .base import ENVS, Task
+from .calls import CallEnv
 
 __all__ = [
     "CalcError",
@@ -304,74 +303,21 @@ def _tasks(seed: int, min_hops: int, max_hops: int, n_train: int,
 
 
 # ------------------------------------------------------------------------------ env
-class MathEnv:
-    """One episode at a time. Implements the TextEnv protocol."""
+class MathEnv(CallEnv):
+    """One episode at a time: `calc` and `answer` (see `CallEnv` for the bookkeeping)."""
 
     system_prompt = SYSTEM_PROMPT
+    tools = TOOLS
+    malformed = MALFORMED
 
-    def __init__(self, max_turns: int = 12):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.max_turns = max_turns
-        self.task: Task | None = None
-        self.history: list[dict] = []   # {"action","tool","arg","observation","error"} per step
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
+    def _tool(self, tool: str, arg: str) -> tuple[str, bool]:  # calc
+        try:
+            return format_number(calculate(arg)), False
+        except CalcError as e:
+            return f"error: {e}", True
 
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
-
-    def reset(self, task: Task) -> str:
-        self.task = task
-        self.history = []
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
-        return task.prompt
-
-    def step(self, action: str) -> StepResult:
-        if self.task is None or self.done:
-            why = "call reset() first" if self.task is None else "the episode is over"
-            return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
-                              {"tool": None, "error": True, "success": False})
-        self.steps += 1
-        parsed = parse_call(action, TOOLS)
-        tool, arg = parsed if parsed is not None else (None, "")
-        reward, terminated, error = 0.0, False, False
-        info: dict[str, Any] = {"tool": tool}
-        if tool is None:
-            obs, error = MALFORMED, True
-        elif tool == "calc":
-            try:
-                obs = format_number(calculate(arg))
-            except CalcError as e:
-                obs, error = f"error: {e}", True
-        else:  # answer
-            success = check_answer(arg, self.task.answer)
-            obs, reward, terminated = "", (1.0 if success else 0.0), True
-            info["success"] = success
-        truncated = not terminated and self.steps >= self.max_turns
-        if truncated:
-            info["success"] = False
-        info["error"] = error
-        info["steps"] = self.steps
-        self.terminated, self.truncated = terminated, truncated
-        self.history.append({"action": action, "tool": tool, "arg": arg,
-                             "observation": obs, "error": error})
-        return StepResult(obs, reward, terminated, truncated, info)
-
-    def snapshot(self) -> Any:
-        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
-                              "terminated": self.terminated, "truncated": self.truncated,
-                              "max_turns": self.max_turns})
-
-    def restore(self, state: Any) -> None:
-        s = copy.deepcopy(state)
-        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
-        self.terminated, self.truncated = s["terminated"], s["truncated"]
-        self.max_turns = s["max_turns"]
+    def _check(self, arg: str) -> bool:
+        return check_answer(arg, self.task.answer)
 
 
 def _operand(x: Fraction) -> str:

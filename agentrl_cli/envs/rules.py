@@ -20,7 +20,6 @@ Everything is deterministic from the seed (`random.Random`, never the global RNG
 """
 from __future__ import annotations
 
-import copy
 import functools
 import random
 import re
@@ -29,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigError
-from .base import ENVS, StepResult, Task
-from .calls import parse_call
+from .base import ENVS, Task
+from .calls import CallEnv
 from .mathword import CalcError, calculate, check_answer, format_number
 
 __all__ = [
@@ -228,94 +227,38 @@ def check_rules_answer(pred: str, gold: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ env
-class RulesEnv:
-    """One episode at a time over its task's rulebook. Implements the TextEnv protocol."""
+class RulesEnv(CallEnv):
+    """One episode at a time: `search`, `rule`, `calc` and `answer` over the task's rulebook
+    (see `CallEnv` for the bookkeeping)."""
 
     system_prompt = SYSTEM_PROMPT
-
-    def __init__(self, max_turns: int = 12):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.max_turns = max_turns
-        self.task: Task | None = None
-        self.book: dict[str, Rule] = {}
-        self.history: list[dict] = []   # {"action","tool","arg","observation","error"} per step
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
-
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
+    tools = TOOLS
+    malformed = MALFORMED
 
     def _load(self) -> None:
-        self.book = {}
+        self.book: dict[str, Rule] = {}
         if self.task is not None:
             for line in self.task.meta["rules"]:
                 head, text = line.split(": ", 1)
                 rid, title = head.split(" ", 1)
                 self.book[rid] = Rule(rid, "", title, text)
 
-    def reset(self, task: Task) -> str:
-        self.task = task
-        self._load()
-        self.history = []
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
-        return task.prompt
-
-    def step(self, action: str) -> StepResult:
-        if self.task is None or self.done:
-            why = "call reset() first" if self.task is None else "the episode is over"
-            return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
-                              {"tool": None, "error": True, "success": False})
-        self.steps += 1
-        parsed = parse_call(action, TOOLS)
-        tool, arg = parsed if parsed is not None else (None, "")
-        reward, terminated, error = 0.0, False, False
-        info: dict[str, Any] = {"tool": tool}
-        if tool is None:
-            obs, error = MALFORMED, True
-        elif tool == "search":
+    def _tool(self, tool: str, arg: str) -> tuple[str, bool]:
+        if tool == "search":
             if not _toks(arg):
-                obs, error = "error: empty query", True
-            else:
-                hits = search_rules(self.book, arg)
-                obs = "\n".join(f"{r.rule_id} {r.title}" for r in hits) if hits else "no results"
-        elif tool == "rule":
+                return "error: empty query", True
+            hits = search_rules(self.book, arg)
+            return ("\n".join(f"{r.rule_id} {r.title}" for r in hits) if hits else "no results"), False
+        if tool == "rule":
             r = self.book.get(arg.upper())
-            obs, error = (r.render(), False) if r is not None else (f"error: no rule {arg}", True)
-        elif tool == "calc":
-            try:
-                obs = format_number(calculate(arg))
-            except CalcError as e:
-                obs, error = f"error: {e}", True
-        else:  # answer
-            success = check_rules_answer(arg, self.task.answer)
-            obs, reward, terminated = "", (1.0 if success else 0.0), True
-            info["success"] = success
-        truncated = not terminated and self.steps >= self.max_turns
-        if truncated:
-            info["success"] = False
-        info["error"] = error
-        info["steps"] = self.steps
-        self.terminated, self.truncated = terminated, truncated
-        self.history.append({"action": action, "tool": tool, "arg": arg,
-                             "observation": obs, "error": error})
-        return StepResult(obs, reward, terminated, truncated, info)
+            return (r.render(), False) if r is not None else (f"error: no rule {arg}", True)
+        try:  # calc
+            return format_number(calculate(arg)), False
+        except CalcError as e:
+            return f"error: {e}", True
 
-    def snapshot(self) -> Any:
-        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
-                              "terminated": self.terminated, "truncated": self.truncated,
-                              "max_turns": self.max_turns})
-
-    def restore(self, state: Any) -> None:
-        s = copy.deepcopy(state)
-        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
-        self.terminated, self.truncated = s["terminated"], s["truncated"]
-        self.max_turns = s["max_turns"]
-        self._load()
+    def _check(self, arg: str) -> bool:
+        return check_rules_answer(arg, self.task.answer)
 
 
 def _wrong(rng: random.Random, meta: dict, answer: str) -> tuple[str | None, str]:
