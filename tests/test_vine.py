@@ -151,3 +151,34 @@ def test_on_state_hook_sees_every_boundary_and_changes_nothing(micro_policy):
     assert [e.token_ids for e in plain] == [e.token_ids for e in hooked]
     for ep in hooked:
         assert seen[id(ep)] == [t.start for t in ep.turns]
+
+
+def test_budget_is_reserved_for_values(micro_policy, vine_run):
+    """At GRPO's natural cost (the main episodes' tokens) VinePPO must still estimate values:
+    it runs fewer main groups and spends the rest on continuations, instead of spending the
+    whole budget on episodes (which left no continuations before)."""
+    from agentrl_cli.rollout.vine import projected_cost
+
+    full, tasks, _ = vine_run
+    main = sum(e.generated_tokens for e in full.episodes)
+    res, _ = _run(micro_policy, K=2, budget=main, batch_size=2)
+    groups = {e.group for e in res.episodes}
+    assert len(groups) < len(tasks)
+    assert res.extras["vine"]["continuations"] > 0
+    # the wave that stopped the main episodes projected at least the budget
+    assert projected_cost(res.episodes, 2) >= main
+
+
+def test_projected_cost_counts_shared_root_once():
+    from agentrl_cli.rollout.vine import projected_cost
+    from agentrl_cli.types import Episode
+
+    def ep(group, mask, starts):
+        return Episode(task_id="t", group=group, token_ids=list(range(len(mask))),
+                       response_mask=mask, logprobs=[0.0] * len(mask), turn_index=[0] * len(mask),
+                       segment_starts=starts, segment_index=[0] * len(mask), answer="",
+                       generated_tokens=sum(mask))
+    a = ep(0, [0, 1, 1, 0, 1], [1, 4])      # 3 generated; states: s0 (3 after), s1 (1 after)
+    b = ep(0, [0, 1, 0, 1, 1], [1, 3])      # same group: s0 shared (priced at a's 3)
+    assert projected_cost([a], 3) == 3 + 3 * 3 + 3 * 1
+    assert projected_cost([a, b], 3) == (3 + 9 + 3) + (3 + 3 * 2)

@@ -30,9 +30,14 @@ of the lock-step runner given the same per-episode generators (tested). Root pat
 0..R-1 task-major (the linear controller's (task, group) order), continuations R, R+1, ... in
 launch order; `RolloutResult.episodes` is in path-id order.
 
-[our choice] Budget: with `rollout.budget_tokens > 0` no continuation is launched once the
-step's generated tokens (running paths included) reach it (running paths may overshoot; the
-trainer logs the true `rollout/tokens`); without one, the step completes
+[our choice] Budget: with `rollout.budget_tokens > 0` the step's *committed* tokens are what it
+has generated plus what its running paths are expected to still generate (each priced at the
+mean tokens that finished paths through its origin node generated after that node, the same
+pricing as VinePPO's plan). The picked continuation is launched only if the committed tokens
+plus half its own price fit the budget (rounding to the nearest continuation, so the step
+lands on the budget on average instead of overshooting by everything in flight; session 2
+measured a 22% overshoot when only finished tokens were charged); else no more continuations
+start. The trainer logs the true `rollout/tokens`. Without a budget, the step completes
 `tasks_per_step x group_size` paths, as many episodes as GRPO (roots included; the roots per
 task are capped at `group_size`). Roots are launched before any continuation.
 
@@ -154,6 +159,10 @@ class _Path:
     feed: list[int] | None = None  # input of the next tick
     turn_ids: list[int] = field(default_factory=list)
     turn_lps: list[float] = field(default_factory=list)
+    price: float = 0.0            # expected tokens it generates in all (budget accounting)
+
+    def remaining(self) -> float:
+        return max(0.0, self.price - self.live.ep.generated_tokens - len(self.turn_ids))
 
 
 class FocusRunner:
@@ -260,8 +269,26 @@ class FocusRunner:
 
     def _budget_left(self) -> bool:
         if self.ctx.budget_tokens > 0:
-            return self.spent < self.ctx.budget_tokens
+            return self.committed() < self.ctx.budget_tokens
         return len(self.paths) < self.target_paths
+
+    def committed(self) -> float:
+        """Tokens generated so far plus the running paths' expected remaining tokens."""
+        return self.spent + sum(p.remaining() for p in self.active)
+
+    def price(self, tree: Tree, node: Node) -> float:
+        """Expected tokens a continuation from `node` generates: the mean that the finished
+        paths through the node generated after its position (at least 1)."""
+        done = [self.paths[q].live.ep for q in tree.through[node.id] if q in tree.paths]
+        if not done:
+            return 1.0
+        after = [sum(e.response_mask[node.position:]) for e in done]
+        return max(1.0, sum(after) / len(after))
+
+    def _root_price(self) -> float:
+        roots = [p.live.ep.generated_tokens for p in self.paths
+                 if not p.continuation and p.pid in p.tree.paths]
+        return sum(roots) / len(roots) if roots else 0.0
 
     def _fill(self) -> None:
         """Launch roots, then continuations, while slots and budget remain."""
@@ -272,10 +299,21 @@ class FocusRunner:
         while len(self.active) < self.capacity and self._budget_left():
             t0 = time.perf_counter()
             pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
-            self.t_book += time.perf_counter() - t0
             if pick is None:
+                self.t_book += time.perf_counter() - t0
                 break
+            cost = self.price(*pick)
+            if self.ctx.budget_tokens > 0:
+                root_price = self._root_price()
+                for q in self.active:
+                    if not q.continuation:
+                        q.price = root_price
+                if self.committed() + cost / 2 > self.ctx.budget_tokens:
+                    self.t_book += time.perf_counter() - t0
+                    break
+            self.t_book += time.perf_counter() - t0
             self._launch_from(*pick)          # env restore + KV fork: engine time, not bookkeeping
+            self.active[-1].price = cost
 
     # -- tree bookkeeping ----------------------------------------------------------------------
 

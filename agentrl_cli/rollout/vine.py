@@ -20,7 +20,14 @@ The paper uses K = 9; the default `algo.vine_k = 3` keeps CPU runs short.
 Cost: every continuation re-prefills its whole prefix. Reusing the episode's KV prefix when
 forking is left for the FOCUS engine.
 
-Budget (`rollout.budget_tokens > 0`): the main episodes follow the linear controller's policy.
+Budget (`rollout.budget_tokens > 0`) [our choice]: the budget is *reserved* for the values.
+Main groups are launched in waves (at most `batch_size` episodes, whole groups); after each
+wave the step's projected cost is what the main episodes generated plus `algo.vine_k`
+continuations from each of their boundary states, each priced at what its source episode
+generated from that state on. No new wave starts once the projection reaches the budget, so
+VinePPO trains on fewer groups than GRPO at the same budget but every state gets its K
+continuations (launching main groups like `linear` would spend the whole budget on episodes
+and leave the values unestimated: VinePPO would silently degrade to a critic-free baseline).
 Continuations are queued round-robin over states (every state gets its first continuation before
 any state gets a second) and launched in waves of at most `batch_size`; a continuation is
 launched only if the tokens spent so far plus the wave's estimated cost fit within the budget,
@@ -94,6 +101,33 @@ def _plan_waves(ctx: RolloutContext, states: list[_State], spent: int) -> list[l
     return waves
 
 
+def projected_cost(eps: list[Episode], k: int) -> int:
+    """Main tokens plus `k` continuations from every distinct boundary state of `eps`, each
+    priced at what its episode generated from the state on (`s_0` once per group)."""
+    cost, roots = 0, set()
+    for ep in eps:
+        cost += ep.generated_tokens
+        for j, start in enumerate(ep.segment_starts):
+            if j == 0:
+                if ep.group in roots:
+                    continue
+                roots.add(ep.group)
+            cost += k * sum(ep.response_mask[start:])
+    return cost
+
+
+def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]:
+    """Main groups in waves until main + planned continuations reach the budget."""
+    per_wave = max(1, ctx.batch_size // ctx.group_size)
+    eps: list[Episode] = []
+    for start in range(0, len(tasks), per_wave):
+        if eps and projected_cost(eps, ctx.algo.vine_k) >= ctx.budget_tokens:
+            break
+        eps += run_groups(ctx, tasks[start:start + per_wave], first_group=start,
+                          on_state=record)
+    return eps
+
+
 @CONTROLLERS.register("vine")
 def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     """G episodes per task plus `algo.vine_k` value continuations from every boundary state."""
@@ -102,7 +136,10 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     def record(ep, env):
         snaps.setdefault(id(ep), []).append((len(ep.token_ids), env.snapshot()))
 
-    eps = run_groups(ctx, tasks, on_state=record)
+    if ctx.budget_tokens > 0:
+        eps = _reserved_groups(ctx, tasks, record, snaps)
+    else:
+        eps = run_groups(ctx, tasks, on_state=record)
     states, index = boundary_states(eps, snaps)
     spent = sum(e.generated_tokens for e in eps)
     rewards: list[list[float]] = [[] for _ in states]
