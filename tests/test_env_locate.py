@@ -1,55 +1,30 @@
 """The built-in "locate" env: repositories, tools, path confinement, Acc@k, expert, forking."""
 from __future__ import annotations
 
-import pickle
 import random
 from collections import defaultdict
 
 import pytest
 
-from agentrl_cli.config import ConfigError
-
-from agentrl_cli.envs import ENVS, StepResult, TextEnv
+from agentrl_cli.envs import ENVS
 from agentrl_cli.envs import locate as L
 
+from env_checks import (check_deterministic, check_expert_recovers, check_expert_solves,
+                        check_malformed, check_registered, check_snapshot_restore,
+                        random_policy_finals, run_expert, spec_fixture, start_episode)
 
-@pytest.fixture(scope="module")
-def spec() -> L.LocateSpec:
-    return ENVS.get("locate")(seed=0)
-
-
-def run_expert(spec, env, task, rng, error_rate=0.0):
-    env.reset(task)
-    actions, results = [], []
-    while True:
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        actions.append(a)
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+spec = spec_fixture("locate")
 
 
 def test_registered_and_protocol(spec):
-    assert "locate" in ENVS
-    assert isinstance(spec, L.LocateSpec) and spec.name == "locate" and spec.n_files == 48
-    env = spec.make()
-    assert isinstance(env, TextEnv)
-    assert len(env.system_prompt.split()) <= 25
-    s2 = ENVS.get("locate")(seed=1, min_hops=1, max_hops=5, n_train=40, n_eval=10, max_turns=9,
-                            n_entities=100, relations="full")    # the generic env-config options
-    assert s2.n_files == 100 and len(s2.tasks("train")) == 40 and len(s2.tasks("eval")) == 10
-    assert s2.make().max_turns == 9
-    assert {t.meta["hops"] for t in s2.tasks("train")} == {1, 2, 3, 4, 5}
+    s2 = check_registered("locate", spec, L.LocateSpec,
+                          {"min_hops": 1, "max_hops": 5, "n_train": 40, "n_eval": 10,
+                           "n_entities": 100, "relations": "full"},   # generic env-config options
+                          n_train=40, n_eval=10, hops={1, 2, 3, 4, 5},
+                          bad=({"max_hops": 6}, {"n_files": 4}, {"n_entities": 500},
+                               {"min_hops": 0}, {"n_train": -1}))
+    assert spec.n_files == 48 and s2.n_files == 100
     assert ENVS.get("locate")(seed=0, n_files=20, n_entities=100).n_files == 20
-    with pytest.raises(TypeError):
-        ENVS.get("locate")(seed=0, bogus=1)
-    with pytest.raises(ValueError):
-        spec.tasks("test")
-    for bad in ({"max_hops": 6}, {"n_files": 4}, {"n_entities": 500}, {"min_hops": 0},
-                {"n_train": -1}):
-        with pytest.raises(ConfigError):   # a user error: one line and exit code 2 in the CLI
-            ENVS.get("locate")(seed=0, **bad)
 
 
 def test_repository_shape():
@@ -79,15 +54,8 @@ def test_repository_shape():
 
 def test_tasks_deterministic_disjoint_well_formed(spec):
     build = L._tasks.__wrapped__
-    t1, t2, t3 = build(5, 30, 2, 3, 30, 10), build(5, 30, 2, 3, 30, 10), build(6, 30, 2, 3, 30, 10)
-    key = lambda ts: [(t.task_id, t.prompt, t.answer, t.meta) for t in ts]
-    for split in ("train", "eval"):
-        assert key(t1[split]) == key(t2[split]) and key(t1[split]) != key(t3[split])
-    random.seed(0)
-    x = random.random()
-    random.seed(0)
-    build(9, 30, 1, 4, 20, 5)
-    assert random.random() == x
+    check_deterministic(lambda seed: build(seed, 30, 2, 3, 30, 10),
+                        lambda: build(9, 30, 1, 4, 20, 5))
     train, ev = spec.tasks("train"), spec.tasks("eval")
     assert len(train) == 600 and len(ev) == 200 and spec.tasks("eval", 3) == ev[:3]
     assert not {t.meta["repo"] for t in train} & {t.meta["repo"] for t in ev}
@@ -105,14 +73,9 @@ def test_tasks_deterministic_disjoint_well_formed(spec):
 
 
 def test_expert_solves_both_splits(spec):
-    rng = random.Random(0)
-    env = spec.make()
-    for task in spec.tasks("train") + spec.tasks("eval"):
-        actions, results = run_expert(spec, env, task, rng)
-        last = results[-1]
-        assert last.terminated and last.reward == 1.0, (task, actions)
-        assert last.info["success"] is True and last.info["acc@1"] == last.info["acc@5"] == 1.0
-        assert all(r.reward == 0.0 and not r.info["error"] for r in results[:-1])
+    tasks = spec.tasks("train") + spec.tasks("eval")
+    for task, actions, results in check_expert_solves(spec, tasks, random.Random(0)):
+        assert results[-1].info["acc@1"] == results[-1].info["acc@5"] == 1.0
         assert len(actions) <= 2 * task.meta["hops"] + 1 and actions[-1] == f"answer({task.answer})"
         assert all(len(a) <= 48 for a in actions)
 
@@ -144,27 +107,16 @@ def random_action(rng: random.Random, task) -> str:
 
 
 def test_random_policy_near_zero_never_crashes(spec):
-    rng = random.Random(2)
-    env = spec.make()
-    acc1, acc5 = 0.0, 0.0
-    tasks = spec.tasks("train", 300)
-    for task in tasks:
-        env.reset(task)
-        for _ in range(30):
-            r = env.step(random_action(rng, task))
-            assert isinstance(r, StepResult) and isinstance(r.observation, str)
-            if r.terminated or r.truncated:
-                break
-        acc1 += r.info["acc@1"]
-        acc5 += r.info["acc@5"]
-    assert acc1 / len(tasks) < 0.05 and acc5 / len(tasks) < 0.1
+    finals = random_policy_finals(spec, spec.tasks("train", 300), random.Random(2), random_action)
+    acc1 = sum(r.info["acc@1"] for r in finals) / len(finals)
+    acc5 = sum(r.info["acc@5"] for r in finals) / len(finals)
+    assert acc1 < 0.05 and acc5 < 0.1
 
 
 @pytest.mark.parametrize("path", ["/", "/etc/passwd", "../x", "..", "a/../../b", "db/../..",
                                   "~/x", "C:/x", "a\\b", "./../x"])
 def test_path_traversal_refused(spec, path):
-    env = spec.make()
-    env.reset(spec.tasks("eval")[0])
+    env, _ = start_episode(spec)
     for tool in ("ls", "open"):
         r = env.step(f"{tool}({path})")
         assert r.observation == L.OUTSIDE and r.info["error"] and not r.terminated
@@ -172,9 +124,7 @@ def test_path_traversal_refused(spec, path):
 
 
 def test_tools(spec):
-    env = spec.make()
-    task = spec.tasks("eval")[1]
-    env.reset(task)
+    env, task = start_episode(spec, 1)
     repo = env.repo
     r = env.step("ls(.)")
     assert r.observation == " ".join(repo.dirs[""]) and r.info == {"tool": "ls", "error": False,
@@ -220,81 +170,28 @@ def test_answer_ranking_acc_at_k(spec):
 @pytest.mark.parametrize("action", ["", "hello", "ls", "ls(.", "LS(.)", "cat(x)", "ls(.) ls(.)",
                                     "open(a)\nanswer(a)", "answer(a) more", "grep(a))"])
 def test_malformed_actions(spec, action):
-    env = spec.make()
-    env.reset(spec.tasks("eval")[0])
-    r = env.step(action)
-    assert r.observation == L.MALFORMED and r.info["tool"] is None and r.info["error"]
-    assert r.reward == 0.0 and not r.terminated and not r.truncated
+    check_malformed(spec, action, L.MALFORMED)
 
 
 def test_truncation():
     spec = ENVS.get("locate")(seed=0, max_turns=2)
-    env = spec.make()
-    task = spec.tasks("eval")[0]
-    env.reset(task)
+    env, task = start_episode(spec)
     assert not env.step("ls(.)").truncated
     r = env.step("ls(.)")
     assert r.truncated and not r.terminated and r.reward == 0.0
     assert (r.info["success"], r.info["acc@1"], r.info["acc@5"]) == (False, 0.0, 0.0)
 
 
-def _continue(spec, env, seed, k=20, error_rate=0.3):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(k):
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        out.append((a, r.observation, r.reward, r.terminated, r.truncated, r.info.get("acc@5")))
-        if r.terminated or r.truncated:
-            break
-    return out
-
-
 def test_snapshot_restore(spec):
-    env = spec.make()
-    task = next(t for t in spec.tasks("eval") if t.meta["hops"] == 3)
-    env.reset(task)
-    rng = random.Random(3)
-    for _ in range(3):
-        env.step(spec.expert(env, rng))
-    snap = env.snapshot()
-    snap_bytes = pickle.dumps(snap)
-    a = _continue(spec, env, seed=11)
-    env.restore(snap)
-    assert _continue(spec, env, seed=11) == a and a[-1][3]
-    env.restore(snap)
-    other = spec.make()
-    other.restore(pickle.loads(snap_bytes))
+    env, other, snap_bytes = check_snapshot_restore(spec, prefix=3, losing="answer(x.py)")
     assert other.repo is env.repo              # the repository is rebuilt (cached), not copied
-    assert _continue(spec, env, seed=5) == _continue(spec, other, seed=5)
-    assert pickle.dumps(snap) == snap_bytes
     assert len(snap_bytes) < 4000              # a fork carries the episode, not the repository
-    env.restore(snap)
-    env.step("answer(x.py)")
-    env.restore(snap)
-    assert env.steps == 3 and not env.terminated and len(env.history) == 3
 
 
 def test_expert_valid_after_policy_steps(spec):
-    rng = random.Random(4)
+    def prefix(env, task, rng):
+        a = random_action(rng, task) if rng.random() < 0.5 else spec20.expert(env, rng, 0.5)
+        return None if a.startswith("answer(") else a
+
     spec20 = ENVS.get("locate")(seed=0, max_turns=20)
-    env = spec20.make()
-    for task in spec20.tasks("eval", 100):
-        env.reset(task)
-        for _ in range(rng.randint(0, 4)):
-            a = random_action(rng, task) if rng.random() < 0.5 else spec20.expert(env, rng, 0.5)
-            if not a.startswith("answer("):
-                env.step(a)
-        clone = spec20.make()
-        clone.restore(env.snapshot())
-        _, results = run_from_here(spec20, clone, rng)
-        assert results[-1].terminated and results[-1].reward == 1.0, task
-
-
-def run_from_here(spec, env, rng):
-    actions, results = [], []
-    while True:
-        r = env.step(spec.expert(env, rng, 0.0))
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+    check_expert_recovers(spec20, spec20.tasks("eval", 100), random.Random(4), prefix)

@@ -1,69 +1,35 @@
 """The built-in "math" env: problems, calculator, math-verify checking, expert, snapshot/restore."""
 from __future__ import annotations
 
-import pickle
 import random
 import re
 import threading
-from collections import defaultdict
 from fractions import Fraction
 
 import pytest
 
-from agentrl_cli.config import ConfigError
-
-from agentrl_cli.envs import ENVS, StepResult, TextEnv
+from agentrl_cli.envs import ENVS
 from agentrl_cli.envs import mathword as M
 
+from env_checks import (check_deterministic, check_expert_rate, check_expert_recovers,
+                        check_expert_solves, check_malformed, check_registered,
+                        check_snapshot_restore, expert_rewards_by_hops, random_policy_finals,
+                        spec_fixture, start_episode)
 
-@pytest.fixture(scope="module")
-def spec() -> M.MathSpec:
-    return ENVS.get("math")(seed=0)
-
-
-def run_expert(spec, env, task, rng, error_rate=0.0):
-    env.reset(task)
-    actions, results = [], []
-    while True:
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        actions.append(a)
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+spec = spec_fixture("math")
 
 
 def test_registered_and_protocol(spec):
-    assert "math" in ENVS
-    assert isinstance(spec, M.MathSpec) and spec.name == "math"
-    env = spec.make()
-    assert isinstance(env, TextEnv)
-    assert len(env.system_prompt.split()) <= 25
-    s2 = ENVS.get("math")(seed=1, min_hops=1, max_hops=5, n_train=50, n_eval=10, max_turns=9,
-                          n_entities=100, relations="full")   # generic env-config options
-    assert len(s2.tasks("train")) == 50 and len(s2.tasks("eval")) == 10
-    assert s2.make().max_turns == 9
-    assert {t.meta["hops"] for t in s2.tasks("train")} == {1, 2, 3, 4, 5}
-    with pytest.raises(TypeError):
-        ENVS.get("math")(seed=0, bogus=1)
-    with pytest.raises(ValueError):
-        spec.tasks("test")
-    for bad in ({"max_hops": 6}, {"min_hops": 0}, {"n_train": -1}):
-        with pytest.raises(ConfigError):   # a user error: one line and exit code 2 in the CLI
-            ENVS.get("math")(seed=0, **bad)
+    check_registered("math", spec, M.MathSpec,
+                     {"min_hops": 1, "max_hops": 5, "n_train": 50, "n_eval": 10,
+                      "n_entities": 100, "relations": "full"},   # generic env-config options
+                     n_train=50, n_eval=10, hops={1, 2, 3, 4, 5},
+                     bad=({"max_hops": 6}, {"min_hops": 0}, {"n_train": -1}))
 
 
 def test_determinism_and_splits(spec):
     build = M._tasks.__wrapped__
-    a, b, c = build(5, 2, 3, 100, 30), build(5, 2, 3, 100, 30), build(6, 2, 3, 100, 30)
-    key = lambda ts: [(t.task_id, t.prompt, t.answer, t.meta) for t in ts]
-    for split in ("train", "eval"):
-        assert key(a[split]) == key(b[split]) and key(a[split]) != key(c[split])
-    random.seed(0)
-    x = random.random()
-    random.seed(0)
-    build(8, 1, 4, 50, 10)
-    assert random.random() == x        # the global RNG is never touched
+    check_deterministic(lambda seed: build(seed, 2, 3, 100, 30), lambda: build(8, 1, 4, 50, 10))
     train, ev = spec.tasks("train"), spec.tasks("eval")
     assert len(train) == 600 and len(ev) == 200 and spec.tasks("eval", 5) == ev[:5]
     assert not {t.prompt for t in train} & {t.prompt for t in ev}
@@ -127,14 +93,9 @@ def test_check_answer_uses_math_verify():
 
 
 def test_expert_solves_both_splits(spec):
-    rng = random.Random(0)
-    env = spec.make()
     decimals = 0
-    for task in spec.tasks("train") + spec.tasks("eval"):
-        actions, results = run_expert(spec, env, task, rng)
-        assert results[-1].terminated and results[-1].reward == 1.0, (task, actions)
-        assert results[-1].info["success"] is True
-        assert all(r.reward == 0.0 and not r.info["error"] for r in results[:-1])
+    tasks = spec.tasks("train") + spec.tasks("eval")
+    for task, actions, _ in check_expert_solves(spec, tasks, random.Random(0)):
         assert len(actions) == task.meta["hops"] + 1
         assert all(a.startswith("calc(") for a in actions[:-1]) and len(actions[-1]) <= 40
         decimals += "." in actions[-1]
@@ -142,23 +103,19 @@ def test_expert_solves_both_splits(spec):
 
 
 def test_imperfect_expert_rate(spec):
-    rng = random.Random(1)
-    env = spec.make()
-    by_hops = defaultdict(list)
-    for task in spec.tasks("train"):
-        actions, results = run_expert(spec, env, task, rng, error_rate=0.3)
-        assert results[-1].terminated
-        by_hops[task.meta["hops"]].append(results[-1].reward)
+    def copied_exactly(task, actions, results):
         # slips are reasoning errors: every operand is copied exactly from the problem
         numbers = set(re.findall(r"\d+", task.prompt))
         for a in actions[:-1]:
             left, _, right = M.split_binop(a[len("calc("):-1])
             assert str(right) in numbers, (task.prompt, a)
-    for h, rs in by_hops.items():
-        assert abs(sum(rs) / len(rs) - 0.7 ** h) < 0.1, (h, sum(rs) / len(rs))
+
+    by_hops = expert_rewards_by_hops(spec, spec.tasks("train"), random.Random(1),
+                                     each=copied_exactly)
+    check_expert_rate(by_hops, tol=0.1)
 
 
-def random_action(rng: random.Random) -> str:
+def random_action(rng: random.Random, task=None) -> str:
     words = ["calc(", "answer(", ")", "(", "1", "7", "+", "*", "/", "x", " ", "\n", "yes"]
     if rng.random() < 0.5:
         return "".join(rng.choice(words) for _ in range(rng.randint(0, 6)))
@@ -168,19 +125,8 @@ def random_action(rng: random.Random) -> str:
 
 
 def test_random_policy_never_crashes(spec):
-    rng = random.Random(2)
-    env = spec.make()
-    total = 0.0
-    tasks = spec.tasks("train", 300)
-    for task in tasks:
-        env.reset(task)
-        for _ in range(30):
-            r = env.step(random_action(rng))
-            assert isinstance(r, StepResult) and isinstance(r.observation, str)
-            if r.terminated or r.truncated:
-                break
-        total += r.reward
-    assert total / len(tasks) < 0.05
+    finals = random_policy_finals(spec, spec.tasks("train", 300), random.Random(2), random_action)
+    assert sum(r.reward for r in finals) / len(finals) < 0.05
 
 
 @pytest.mark.parametrize("action", [
@@ -188,19 +134,12 @@ def test_random_policy_never_crashes(spec):
     "calc(1)\nanswer(1)", "answer(1) and more", "calc(1))",
 ])
 def test_malformed_actions(spec, action):
-    env = spec.make()
-    env.reset(spec.tasks("eval")[0])
-    r = env.step(action)
-    assert r.observation == M.MALFORMED
-    assert r.reward == 0.0 and not r.terminated and not r.truncated
-    assert r.info["tool"] is None and r.info["error"] is True
+    check_malformed(spec, action, M.MALFORMED)
 
 
 def test_tools_and_truncation():
     spec = ENVS.get("math")(seed=0, max_turns=3)
-    env = spec.make()
-    task = spec.tasks("eval")[0]
-    env.reset(task)
+    env, task = start_episode(spec)
     r = env.step("calc((2+3)*4)")
     assert r.observation == "20" and r.info == {"tool": "calc", "error": False, "steps": 1}
     r = env.step("calc(1/0)")
@@ -216,63 +155,14 @@ def test_tools_and_truncation():
     assert r.terminated and r.reward == 0.0 and r.info["success"] is False
 
 
-def _continue(spec, env, seed, k=20, error_rate=0.3):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(k):
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        out.append((a, r.observation, r.reward, r.terminated, r.truncated))
-        if r.terminated or r.truncated:
-            break
-    return out
-
-
 def test_snapshot_restore(spec):
-    env = spec.make()
-    task = next(t for t in spec.tasks("eval") if t.meta["hops"] == 3)
-    env.reset(task)
-    rng = random.Random(3)
-    for _ in range(2):
-        env.step(spec.expert(env, rng))
-    snap = env.snapshot()
-    snap_bytes = pickle.dumps(snap)
-    a = _continue(spec, env, seed=11)
-    env.restore(snap)
-    assert _continue(spec, env, seed=11) == a and a[-1][3]
-    env.restore(snap)
-    other = spec.make()
-    other.restore(pickle.loads(snap_bytes))
-    assert _continue(spec, env, seed=5) == _continue(spec, other, seed=5)
-    assert pickle.dumps(snap) == snap_bytes
-    env.restore(snap)
-    env.step("answer(-1)")
-    env.restore(snap)
-    assert env.steps == 2 and not env.terminated and len(env.history) == 2
+    check_snapshot_restore(spec, prefix=2, losing="answer(-1)")
 
 
-def test_expert_valid_after_policy_steps(spec):
-    rng = random.Random(4)
+def test_expert_valid_after_policy_steps():
+    def prefix(env, task, rng):
+        return random_action(rng) if rng.random() < 0.5 else spec20.expert(env, rng, 0.5)
+
     spec20 = ENVS.get("math")(seed=0, max_turns=20)
-    env = spec20.make()
-    for task in spec20.tasks("eval", 100):
-        env.reset(task)
-        for _ in range(rng.randint(0, 4)):
-            env.step(random_action(rng) if rng.random() < 0.5 else spec20.expert(env, rng, 0.5))
-        if env.done:
-            continue
-        clone = spec20.make()
-        clone.restore(env.snapshot())
-        _, results = _finish(spec20, clone, rng)
-        assert results[-1].terminated and results[-1].reward == 1.0, task
-
-
-def _finish(spec, env, rng):
-    actions, results = [], []
-    while True:
-        a = spec.expert(env, rng, 0.0)
-        r = env.step(a)
-        actions.append(a)
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+    check_expert_recovers(spec20, spec20.tasks("eval", 100), random.Random(4), prefix,
+                          may_end=True)

@@ -1,72 +1,35 @@
 """The built-in "rules" env: rulebooks, cases, answers, tools, expert, snapshot/restore."""
 from __future__ import annotations
 
-import pickle
 import random
 import re
 from collections import Counter, defaultdict
 
 import pytest
 
-from agentrl_cli.config import ConfigError
-
-from agentrl_cli.envs import ENVS, StepResult, TextEnv
+from agentrl_cli.envs import ENVS
 from agentrl_cli.envs import rules as R
 
+from env_checks import (check_deterministic, check_expert_rate, check_expert_recovers,
+                        check_expert_solves, check_malformed, check_registered,
+                        check_snapshot_restore, expert_rewards_by_hops, random_policy_finals,
+                        spec_fixture, start_episode)
 
-@pytest.fixture(scope="module")
-def spec() -> R.RulesSpec:
-    return ENVS.get("rules")(seed=0)
-
-
-@pytest.fixture(scope="module")
-def wide() -> R.RulesSpec:
-    return ENVS.get("rules")(seed=3, min_hops=1, max_hops=4, n_train=300, n_eval=100)
-
-
-def run_expert(spec, env, task, rng, error_rate=0.0):
-    env.reset(task)
-    actions, results = [], []
-    while True:
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        actions.append(a)
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+spec = spec_fixture("rules")
+wide = spec_fixture("rules", seed=3, min_hops=1, max_hops=4, n_train=300, n_eval=100)
 
 
 def test_registered_and_protocol(spec):
-    assert "rules" in ENVS
-    assert isinstance(spec, R.RulesSpec) and spec.name == "rules"
-    env = spec.make()
-    assert isinstance(env, TextEnv)
-    assert len(env.system_prompt.split()) <= 25
-    s2 = ENVS.get("rules")(seed=1, min_hops=1, max_hops=4, n_train=60, n_eval=10, max_turns=9,
-                           n_entities=100, relations="full")   # generic env-config options
-    assert len(s2.tasks("train")) == 60 and len(s2.tasks("eval")) == 10
-    assert s2.make().max_turns == 9
-    assert {t.meta["hops"] for t in s2.tasks("train")} == {1, 2, 3, 4}
-    with pytest.raises(TypeError):
-        ENVS.get("rules")(seed=0, bogus=1)
-    with pytest.raises(ValueError):
-        spec.tasks("test")
-    for bad in ({"max_hops": 5}, {"min_hops": 3, "max_hops": 2}, {"n_eval": -1}):
-        with pytest.raises(ConfigError):   # a user error: one line and exit code 2 in the CLI
-            ENVS.get("rules")(seed=0, **bad)
+    check_registered("rules", spec, R.RulesSpec,
+                     {"min_hops": 1, "max_hops": 4, "n_train": 60, "n_eval": 10,
+                      "n_entities": 100, "relations": "full"},   # generic env-config options
+                     n_train=60, n_eval=10, hops={1, 2, 3, 4},
+                     bad=({"max_hops": 5}, {"min_hops": 3, "max_hops": 2}, {"n_eval": -1}))
 
 
 def test_determinism_and_splits(spec):
     build = R._tasks.__wrapped__
-    a, b, c = build(5, 1, 4, 80, 20), build(5, 1, 4, 80, 20), build(6, 1, 4, 80, 20)
-    key = lambda ts: [(t.task_id, t.prompt, t.answer, t.meta) for t in ts]
-    for split in ("train", "eval"):
-        assert key(a[split]) == key(b[split]) and key(a[split]) != key(c[split])
-    random.seed(0)
-    x = random.random()
-    random.seed(0)
-    build(8, 2, 3, 40, 10)
-    assert random.random() == x
+    check_deterministic(lambda seed: build(seed, 1, 4, 80, 20), lambda: build(8, 2, 3, 40, 10))
     train, ev = spec.tasks("train"), spec.tasks("eval")
     assert len(train) == 600 and len(ev) == 200 and spec.tasks("eval", 4) == ev[:4]
     k = lambda t: (t.prompt, tuple(t.meta["rules"]))
@@ -140,30 +103,18 @@ def test_search_finds_each_needed_rule(wide):
 def test_expert_solves_both_splits(spec, wide):
     rng = random.Random(0)
     for s in (spec, wide):
-        env = s.make()
-        for task in s.tasks("train") + s.tasks("eval"):
-            actions, results = run_expert(s, env, task, rng)
-            assert results[-1].terminated and results[-1].reward == 1.0, (task, actions)
-            assert results[-1].info["success"] is True
-            assert all(r.reward == 0.0 and not r.info["error"] for r in results[:-1])
+        for task, actions, _ in check_expert_solves(s, s.tasks("train") + s.tasks("eval"), rng):
             assert sum(a.startswith("rule(") for a in actions) == task.meta["hops"]
             assert len(actions) <= 2 * task.meta["hops"] + 2
             assert all(len(a) <= 40 for a in actions)
 
 
 def test_imperfect_expert_rate(wide):
-    rng = random.Random(1)
-    env = wide.make()
-    by_hops = defaultdict(list)
-    for task in wide.tasks("train"):
-        _, results = run_expert(wide, env, task, rng, error_rate=0.3)
-        assert results[-1].terminated
-        by_hops[task.meta["hops"]].append(results[-1].reward)
-    for h, rs in by_hops.items():
-        assert abs(sum(rs) / len(rs) - 0.7 ** h) < 0.13, (h, sum(rs) / len(rs))
+    check_expert_rate(expert_rewards_by_hops(wide, wide.tasks("train"), random.Random(1)),
+                      tol=0.13)
 
 
-def random_action(rng: random.Random) -> str:
+def random_action(rng: random.Random, task=None) -> str:
     words = ["search(", "rule(", "calc(", "answer(", ")", "(", "R3", "bag", "fee", "1+2", " ",
              "\n", "yes"]
     if rng.random() < 0.4:
@@ -177,19 +128,8 @@ def random_action(rng: random.Random) -> str:
 
 
 def test_random_policy_never_crashes(spec):
-    rng = random.Random(2)
-    env = spec.make()
-    total = 0.0
-    tasks = spec.tasks("train", 300)
-    for task in tasks:
-        env.reset(task)
-        for _ in range(30):
-            r = env.step(random_action(rng))
-            assert isinstance(r, StepResult) and isinstance(r.observation, str)
-            if r.terminated or r.truncated:
-                break
-        total += r.reward
-    assert total / len(tasks) < 0.05
+    finals = random_policy_finals(spec, spec.tasks("train", 300), random.Random(2), random_action)
+    assert sum(r.reward for r in finals) / len(finals) < 0.05
 
 
 def test_answer_checking():
@@ -203,18 +143,12 @@ def test_answer_checking():
                                     "rule(R1) rule(R2)", "search(a)\nanswer(b)", "answer(no) ok",
                                     "calc(1))"])
 def test_malformed_actions(spec, action):
-    env = spec.make()
-    env.reset(spec.tasks("eval")[0])
-    r = env.step(action)
-    assert r.observation == R.MALFORMED and r.info["tool"] is None and r.info["error"]
-    assert r.reward == 0.0 and not r.terminated and not r.truncated
+    check_malformed(spec, action, R.MALFORMED)
 
 
 def test_tools_and_truncation():
     spec = ENVS.get("rules")(seed=0, max_turns=4)
-    env = spec.make()
-    task = spec.tasks("eval")[0]
-    env.reset(task)
+    env, task = start_episode(spec)
     r = env.step("search(overweight)")
     first = r.observation.split("\n")[0]
     assert first.endswith("overweight bags") and r.info == {"tool": "search", "error": False,
@@ -233,56 +167,15 @@ def test_tools_and_truncation():
     assert env.step("rule(R1)").info["error"]
 
 
-def _continue(spec, env, seed, k=20, error_rate=0.3):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(k):
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        out.append((a, r.observation, r.reward, r.terminated, r.truncated))
-        if r.terminated or r.truncated:
-            break
-    return out
-
-
 def test_snapshot_restore(spec):
-    env = spec.make()
-    task = next(t for t in spec.tasks("eval") if t.meta["hops"] == 3)
-    env.reset(task)
-    rng = random.Random(3)
-    for _ in range(3):
-        env.step(spec.expert(env, rng))
-    snap = env.snapshot()
-    snap_bytes = pickle.dumps(snap)
-    a = _continue(spec, env, seed=11)
-    env.restore(snap)
-    assert _continue(spec, env, seed=11) == a and a[-1][3]
-    env.restore(snap)
-    other = spec.make()
-    other.restore(pickle.loads(snap_bytes))
-    assert _continue(spec, env, seed=5) == _continue(spec, other, seed=5)
-    assert pickle.dumps(snap) == snap_bytes
-    env.restore(snap)
-    env.step("answer(maybe)")
-    env.restore(snap)
-    assert env.steps == 3 and not env.terminated and len(env.history) == 3
+    check_snapshot_restore(spec, prefix=3, losing="answer(maybe)")
 
 
-def test_expert_valid_after_policy_steps(wide):
-    rng = random.Random(4)
+def test_expert_valid_after_policy_steps():
+    def prefix(env, task, rng):
+        a = random_action(rng) if rng.random() < 0.5 else spec20.expert(env, rng, 0.5)
+        return None if a.startswith("answer(") else a
+
     spec20 = ENVS.get("rules")(seed=3, min_hops=1, max_hops=4, n_train=300, n_eval=100,
                                max_turns=20)
-    env = spec20.make()
-    for task in spec20.tasks("eval"):
-        env.reset(task)
-        for _ in range(rng.randint(0, 4)):
-            a = random_action(rng) if rng.random() < 0.5 else spec20.expert(env, rng, 0.5)
-            if not a.startswith("answer("):
-                env.step(a)
-        clone = spec20.make()
-        clone.restore(env.snapshot())
-        while True:
-            r = clone.step(spec20.expert(clone, rng, 0.0))
-            if r.terminated or r.truncated:
-                break
-        assert r.terminated and r.reward == 1.0, task
+    check_expert_recovers(spec20, spec20.tasks("eval"), random.Random(4), prefix)

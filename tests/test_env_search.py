@@ -1,49 +1,26 @@
 """The built-in "search" env: world, BM25, tasks, tools, expert, snapshot/restore."""
 from __future__ import annotations
 
-import pickle
 import random
 import time
-from collections import defaultdict
 
 import pytest
 
-from agentrl_cli.envs import ENVS, StepResult, TextEnv
+from agentrl_cli.envs import ENVS
 from agentrl_cli.envs import search as S
 
+from env_checks import (check_deterministic, check_expert_rate, check_expert_recovers,
+                        check_expert_solves, check_malformed, check_registered,
+                        check_snapshot_restore, expert_rewards_by_hops, random_policy_finals,
+                        run_expert, spec_fixture, start_episode)
 
-@pytest.fixture(scope="module")
-def spec() -> S.SearchSpec:
-    return ENVS.get("search")(seed=0)
-
-
-def run_expert(spec, env, task, rng, error_rate=0.0):
-    env.reset(task)
-    actions, results = [], []
-    while True:
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        actions.append(a)
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+spec = spec_fixture("search")
 
 
 def test_registered_and_protocol(spec):
-    assert "search" in ENVS
-    assert isinstance(spec, S.SearchSpec) and spec.name == "search"
-    env = spec.make()
-    assert isinstance(env, TextEnv)
-    assert len(env.system_prompt.split()) <= 25
-    s2 = ENVS.get("search")(seed=1, n_entities=120, min_hops=2, max_hops=4, n_train=50,
-                            n_eval=10, max_turns=9)
-    assert len(s2.tasks("train")) == 50 and len(s2.tasks("eval")) == 10
-    assert s2.make().max_turns == 9
-    assert {t.meta["hops"] for t in s2.tasks("train")} <= {2, 3, 4}
-    with pytest.raises(TypeError):
-        ENVS.get("search")(seed=0, bogus=1)
-    with pytest.raises(ValueError):
-        spec.tasks("test")
+    check_registered("search", spec, S.SearchSpec,
+                     {"n_entities": 120, "min_hops": 2, "max_hops": 4, "n_train": 50,
+                      "n_eval": 10}, n_train=50, n_eval=10, hops={2, 3, 4}, hops_subset=True)
 
 
 def test_world_fast_and_cached():
@@ -60,18 +37,8 @@ def test_determinism_from_seed():
     assert [(d.doc_id, d.text) for d in w1.docs] == [(d.doc_id, d.text) for d in w2.docs]
     assert [d.text for d in w1.docs] != [d.text for d in w3.docs]
     build = S._tasks.__wrapped__
-    t1, t2, t3 = (build(s, 300, 2, 3, 300, 50) for s in (5, 5, 6))
-    for split in ("train", "eval"):
-        key = lambda ts: [(t.task_id, t.prompt, t.answer, t.meta) for t in ts]
-        assert key(t1[split]) == key(t2[split])
-        assert key(t1[split]) != key(t3[split])
-    # the global RNG is never touched
-    random.seed(0)
-    x = random.random()
-    random.seed(0)
-    S.SearchWorld(8, 300)
-    build(8, 300, 2, 3, 100, 20)
-    assert random.random() == x
+    check_deterministic(lambda seed: build(seed, 300, 2, 3, 300, 50),
+                        lambda: (S.SearchWorld(8, 300), build(8, 300, 2, 3, 100, 20)))
 
 
 def test_corpus_shape(spec):
@@ -118,14 +85,8 @@ def test_tasks_split_disjoint_and_well_formed(spec):
 
 
 def test_perfect_expert_solves_all_eval(spec):
-    rng = random.Random(0)
-    env = spec.make()
     calls = []
-    for task in spec.tasks("eval"):
-        actions, results = run_expert(spec, env, task, rng)
-        assert results[-1].terminated and results[-1].reward == 1.0, (task, actions)
-        assert results[-1].info["success"] is True
-        assert all(r.reward == 0.0 for r in results[:-1])
+    for task, actions, _ in check_expert_solves(spec, spec.tasks("eval"), random.Random(0)):
         assert len(actions) >= 3 and len(actions) == 2 * task.meta["hops"] + 1
         calls.append(len(actions))
     assert 5 <= sum(calls) / len(calls) <= 7
@@ -133,36 +94,21 @@ def test_perfect_expert_solves_all_eval(spec):
 
 def test_imperfect_expert_rate(spec):
     rng = random.Random(1)
-    env = spec.make()
-    by_hops = defaultdict(list)
-    for task in spec.tasks("train", 1200):
-        _, results = run_expert(spec, env, task, rng, error_rate=0.3)
-        assert results[-1].terminated
-        by_hops[task.meta["hops"]].append(results[-1].reward)
-    for h, rs in by_hops.items():
-        rate = sum(rs) / len(rs)
-        assert abs(rate - 0.7 ** h) < 0.12, (h, rate)
+    check_expert_rate(expert_rewards_by_hops(spec, spec.tasks("train", 1200), rng), tol=0.12)
     # error_rate 1.0 almost never succeeds
+    env = spec.make()
     fails = [run_expert(spec, env, t, rng, 1.0)[1][-1].reward for t in spec.tasks("eval", 100)]
     assert sum(fails) / len(fails) < 0.2
 
 
-def test_random_policy_never_crashes(spec):
-    rng = random.Random(2)
-    env = spec.make()
+def random_action(rng: random.Random, task=None) -> str:
     words = ["search(", "open(", "answer(", ")", "d1", "d999", "Corp", "x", " ", "\n", "(("]
-    total, n = 0.0, 0
-    for task in spec.tasks("train", 200):
-        env.reset(task)
-        for _ in range(30):
-            a = "".join(rng.choice(words) for _ in range(rng.randint(0, 6)))
-            r = env.step(a)
-            assert isinstance(r, StepResult) and isinstance(r.observation, str)
-            if r.terminated or r.truncated:
-                break
-        total += r.reward
-        n += 1
-    assert total / n < 0.05
+    return "".join(rng.choice(words) for _ in range(rng.randint(0, 6)))
+
+
+def test_random_policy_never_crashes(spec):
+    finals = random_policy_finals(spec, spec.tasks("train", 200), random.Random(2), random_action)
+    assert sum(r.reward for r in finals) / len(finals) < 0.05
 
 
 @pytest.mark.parametrize("action", [
@@ -170,18 +116,11 @@ def test_random_policy_never_crashes(spec):
     "search(a) search(b)", "open(d1)\nanswer(x)", "search(x) and more", "answer(x)(y)",
 ])
 def test_malformed_actions(spec, action):
-    env = spec.make()
-    env.reset(spec.tasks("eval")[0])
-    r = env.step(action)
-    assert r.observation == S.MALFORMED
-    assert r.reward == 0.0 and not r.terminated and not r.truncated
-    assert r.info["tool"] is None and r.info["error"] is True
+    check_malformed(spec, action, S.MALFORMED)
 
 
 def test_tool_observations(spec):
-    env = spec.make()
-    task = spec.tasks("eval")[3]
-    env.reset(task)
+    env, task = start_episode(spec, 3)
     start = task.meta["start"]
     r = env.step(f"  search({start})  ")
     lines = r.observation.split("\n")
@@ -204,9 +143,7 @@ def test_tool_observations(spec):
 
 def test_truncation_at_max_turns():
     spec = ENVS.get("search")(seed=0, max_turns=3)
-    env = spec.make()
-    task = spec.tasks("eval")[0]
-    env.reset(task)
+    env, task = start_episode(spec)
     r1, r2 = env.step("search(a)"), env.step("bad")
     assert not r1.truncated and not r2.truncated
     r3 = env.step("open(d1)")
@@ -220,71 +157,17 @@ def test_truncation_at_max_turns():
     assert r.terminated and not r.truncated and r.reward == 1.0
 
 
-def _continue(spec, env, seed, k=20, error_rate=0.3):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(k):
-        a = spec.expert(env, rng, error_rate)
-        r = env.step(a)
-        out.append((a, r.observation, r.reward, r.terminated, r.truncated))
-        if r.terminated or r.truncated:
-            break
-    return out
-
-
 def test_snapshot_restore(spec):
-    env = spec.make()
-    task = next(t for t in spec.tasks("eval") if t.meta["hops"] == 3)
-    env.reset(task)
-    rng = random.Random(3)
-    for _ in range(3):
-        env.step(spec.expert(env, rng))
-    snap = env.snapshot()
-    snap_bytes = pickle.dumps(snap)
-    # two branches from one snapshot in one env
-    a = _continue(spec, env, seed=11)
-    env.restore(snap)
-    b = _continue(spec, env, seed=11)
-    assert a == b and a[-1][3]
-    # original vs a restored copy in a fresh env (from the pickled snapshot)
-    env.restore(snap)
-    other = spec.make()
-    other.restore(pickle.loads(snap_bytes))
-    assert _continue(spec, env, seed=5) == _continue(spec, other, seed=5)
-    # stepping after snapshot() did not change the snapshot
-    assert pickle.dumps(snap) == snap_bytes
-    # different continuations do differ (the comparison can fail)
-    env.restore(snap)
-    env.step("answer(Nobody)")
-    env.restore(snap)
-    assert env.steps == 3 and not env.terminated and len(env.history) == 3
+    check_snapshot_restore(spec, prefix=3, losing="answer(Nobody)")
 
 
-def test_expert_valid_after_policy_steps_and_restore(spec):
+def test_expert_valid_after_policy_steps_and_restore():
     """The expert picks up from any state, e.g. after junk or partial policy steps."""
-    rng = random.Random(4)
     spec20 = ENVS.get("search")(seed=0, max_turns=20)
-    env = spec20.make()
-    for task in spec20.tasks("eval", 60):
-        env.reset(task)
-        for _ in range(rng.randint(0, 4)):
-            env.step(rng.choice(["junk", "search(Corp)", "open(d3)", "open(d999)", "search()"]))
-        clone = spec20.make()
-        clone.restore(env.snapshot())
-        _, results = run_expert_from_here(spec20, clone, rng)
-        assert results[-1].terminated and results[-1].reward == 1.0
-
-
-def run_expert_from_here(spec, env, rng):
-    actions, results = [], []
-    while True:
-        a = spec.expert(env, rng, 0.0)
-        assert S.parse_action(a) is not None
-        r = env.step(a)
-        actions.append(a)
-        results.append(r)
-        if r.terminated or r.truncated:
-            return actions, results
+    junk = ["junk", "search(Corp)", "open(d3)", "open(d999)", "search()"]
+    check_expert_recovers(spec20, spec20.tasks("eval", 60), random.Random(4),
+                          lambda env, task, rng: rng.choice(junk),
+                          check_action=lambda a: S.parse_action(a) is not None)
 
 
 def test_bm25_ranks_exact_title_first(spec):

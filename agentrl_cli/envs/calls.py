@@ -4,16 +4,21 @@ A message is `tool(argument)`, nothing before or after it. The argument may hold
 parentheses (`calc((3+4)*2)`) but no newline; a closing parenthesis without its opening one
 (`calc(1) calc(2)`, `answer(5) answer(6)`) makes the message malformed, which is how two calls
 in one message are caught. One pair of surrounding quotes is removed from the argument.
+
+Also the bases the built-in envs share: `CallEnv` (episode bookkeeping of `search`, `locate`,
+`rules` and `math`; `search` keeps its own stricter syntax, `parse_action`) and `CallSpec`
+(options and tasks of `rules` and `math`).
 """
 from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import Any, Callable
 
+from ..config import ConfigError
 from .base import StepResult, Task
 
-__all__ = ["CallEnv", "parse_call"]
+__all__ = ["CallEnv", "CallSpec", "parse_call"]
 
 _CALL = re.compile(r"^([a-z_]+)\((.*)\)$", re.DOTALL)
 
@@ -46,19 +51,24 @@ def parse_call(action: str, tools: tuple[str, ...]) -> tuple[str, str] | None:
 
 
 class CallEnv:
-    """The episode bookkeeping shared by the one-call-per-message envs (`rules`, `math`):
-    turn counting, truncation at `max_turns`, the step envelope (`info` with tool, error,
-    steps, success), the history and snapshot/restore. Implements the TextEnv protocol.
+    """The episode bookkeeping shared by the one-call-per-message envs (`search`, `locate`,
+    `rules`, `math`): turn counting, truncation at `max_turns`, the step envelope (`info` with
+    tool, error, steps, success), the history and snapshot/restore. Implements the TextEnv
+    protocol.
 
     A subclass sets `system_prompt`, `tools` (the last one is `answer`), `malformed` (the
     observation for a message that is not one call) and implements `_tool(tool, arg) ->
     (observation, error)` for the other tools and `_check(arg) -> bool` for the answer.
-    State derived from the task (e.g. a parsed rulebook) is rebuilt in `_load()`.
+    State derived from the task (e.g. a parsed rulebook) is rebuilt in `_load()`. Optional
+    hooks: `_parse` (another call syntax than `parse_call`), `_answer` (more `info` keys for
+    an answer than `success`; the reward is 1.0 on success, else 0.0), `failed_info` (what a
+    truncated episode's `info` gets) and `_record` (more keys in a history entry).
     """
 
     system_prompt: str
     tools: tuple[str, ...]
     malformed: str
+    failed_info: dict[str, Any] = {"success": False}
 
     def __init__(self, max_turns: int = 12):
         if max_turns < 1:
@@ -78,11 +88,23 @@ class CallEnv:
     def _load(self) -> None:
         """Rebuild task-derived state after `reset` / `restore` (none by default)."""
 
+    def _parse(self, action: str) -> tuple[str, str] | None:
+        return parse_call(action, self.tools)
+
     def _tool(self, tool: str, arg: str) -> tuple[str, bool]:
         raise NotImplementedError
 
     def _check(self, arg: str) -> bool:
         raise NotImplementedError
+
+    def _answer(self, arg: str) -> dict[str, Any]:
+        """The `info` keys of an answer; `success` decides the reward."""
+        return {"success": self._check(arg)}
+
+    def _record(self, action: str, tool: str | None, arg: str, obs: str,
+                error: bool) -> dict[str, Any]:
+        """The history entry of one step."""
+        return {"action": action, "tool": tool, "arg": arg, "observation": obs, "error": error}
 
     def reset(self, task: Task) -> str:
         self.task = task
@@ -99,26 +121,24 @@ class CallEnv:
             return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
                               {"tool": None, "error": True, "success": False})
         self.steps += 1
-        parsed = parse_call(action, self.tools)
+        parsed = self._parse(action)
         tool, arg = parsed if parsed is not None else (None, "")
         reward, terminated, error = 0.0, False, False
         info: dict[str, Any] = {"tool": tool}
         if tool is None:
             obs, error = self.malformed, True
         elif tool == "answer":
-            success = self._check(arg)
-            obs, reward, terminated = "", (1.0 if success else 0.0), True
-            info["success"] = success
+            info.update(self._answer(arg))
+            obs, reward, terminated = "", (1.0 if info["success"] else 0.0), True
         else:
             obs, error = self._tool(tool, arg)
         truncated = not terminated and self.steps >= self.max_turns
         if truncated:
-            info["success"] = False
+            info.update(self.failed_info)
         info["error"] = error
         info["steps"] = self.steps
         self.terminated, self.truncated = terminated, truncated
-        self.history.append({"action": action, "tool": tool, "arg": arg,
-                             "observation": obs, "error": error})
+        self.history.append(self._record(action, tool, arg, obs, error))
         return StepResult(obs, reward, terminated, truncated, info)
 
     def snapshot(self) -> Any:
@@ -132,3 +152,38 @@ class CallEnv:
         self.terminated, self.truncated = s["terminated"], s["truncated"]
         self.max_turns = s["max_turns"]
         self._load()
+
+
+class CallSpec:
+    """The spec shared by the generated-task envs `rules` and `math`: option checks (bad ones
+    are ConfigErrors), `make` and deterministic `tasks`. A subclass sets `name`, `env_class`,
+    `hops_limit` (the largest max_hops) and `build` (`(seed, min_hops, max_hops, n_train,
+    n_eval) -> {"train": tasks, "eval": tasks}`), and implements `expert`."""
+
+    name: str
+    env_class: type[CallEnv]
+    hops_limit: int
+    build: Callable[[int, int, int, int, int], dict[str, tuple[Task, ...]]]
+
+    def __init__(self, seed: int = 0, min_hops: int = 2, max_hops: int = 3, n_train: int = 600,
+                 n_eval: int = 200, max_turns: int = 12):
+        if not 1 <= min_hops <= max_hops:
+            raise ConfigError(f"{self.name}: need 1 <= env.min_hops <= env.max_hops, "
+                              f"got {min_hops}..{max_hops}")
+        if max_hops > self.hops_limit:
+            raise ConfigError(f"{self.name}: env.max_hops must be at most {self.hops_limit}, "
+                              f"got {max_hops}")
+        if n_train < 0 or n_eval < 0:
+            raise ConfigError(f"{self.name}: env.n_train and env.n_eval must be non-negative")
+        self.seed, self.min_hops, self.max_hops = int(seed), int(min_hops), int(max_hops)
+        self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
+
+    def make(self) -> CallEnv:
+        return self.env_class(self.max_turns)
+
+    def tasks(self, split: str, n: int | None = None) -> list[Task]:
+        if split not in ("train", "eval"):
+            raise ValueError(f"unknown split '{split}'; valid: train, eval")
+        all_tasks = self.build(self.seed, self.min_hops, self.max_hops, self.n_train,
+                               self.n_eval)[split]
+        return list(all_tasks if n is None else all_tasks[:n])

@@ -21,7 +21,6 @@ Everything is deterministic from the seed (`random.Random`, never the global RNG
 """
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import random
@@ -30,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigError
-from .base import ENVS, StepResult, Task
-from .calls import parse_call
+from .base import ENVS, Task
+from .calls import CallEnv
 
 __all__ = [
     "Repo",
@@ -226,34 +225,20 @@ def _ranked(arg: str) -> list[str | None]:
     return out
 
 
-class LocateEnv:
-    """One episode at a time over its task's repository. Implements the TextEnv protocol."""
+class LocateEnv(CallEnv):
+    """One episode at a time over its task's repository: `ls`, `grep`, `open` and `answer`
+    (see `CallEnv` for the bookkeeping). A history entry also holds the resolved `path` of an
+    `ls` / `open` (None otherwise); an answer's `info` holds Acc@1 and Acc@5."""
 
     system_prompt = SYSTEM_PROMPT
+    tools = TOOLS
+    malformed = MALFORMED
+    failed_info = {"success": False, "acc@1": 0.0, "acc@5": 0.0}
 
-    def __init__(self, max_turns: int = 12):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.max_turns = max_turns
-        self.task: Task | None = None
-        self.repo: Repo | None = None
-        self.history: list[dict] = []   # {"action","tool","arg","path","observation","error"}
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
-
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
-
-    def reset(self, task: Task) -> str:
-        self.task = task
-        self.repo = _repo(task.meta["repo"], task.meta["n_files"])
-        self.history = []
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
-        return task.prompt
+    def _load(self) -> None:
+        # the repository is rebuilt (cached) from the task, never snapshotted
+        self.repo: Repo | None = None if self.task is None else _repo(self.task.meta["repo"],
+                                                                      self.task.meta["n_files"])
 
     def _ls(self, path: str | None, arg: str) -> tuple[str, bool]:
         if path is None:
@@ -282,55 +267,25 @@ class LocateEnv:
         extra = len(hits) - GREP_HITS
         return "\n".join(hits[:GREP_HITS] + ([f"({extra} more)"] if extra > 0 else [])), False
 
-    def step(self, action: str) -> StepResult:
-        if self.task is None or self.done:
-            why = "call reset() first" if self.task is None else "the episode is over"
-            return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
-                              {"tool": None, "error": True, "success": False})
-        self.steps += 1
-        parsed = parse_call(action, TOOLS)
-        tool, arg = parsed if parsed is not None else (None, "")
-        reward, terminated, error, path = 0.0, False, False, None
-        info: dict[str, Any] = {"tool": tool}
-        if tool is None:
-            obs, error = MALFORMED, True
-        elif tool == "ls":
-            path = resolve_path(arg)
-            obs, error = self._ls(path, arg)
-        elif tool == "open":
-            path = resolve_path(arg)
-            obs, error = self._open(path, arg)
-        elif tool == "grep":
-            obs, error = self._grep(arg)
-        else:  # answer
-            ranked = _ranked(arg)
-            gold = self.task.answer
-            acc1 = float(bool(ranked) and ranked[0] == gold)
-            acc5 = float(gold in ranked[:5])
-            obs, reward, terminated = "", acc1, True
-            info.update({"success": acc1 == 1.0, "acc@1": acc1, "acc@5": acc5})
-        truncated = not terminated and self.steps >= self.max_turns
-        if truncated:
-            info.update({"success": False, "acc@1": 0.0, "acc@5": 0.0})
-        info["error"] = error
-        info["steps"] = self.steps
-        self.terminated, self.truncated = terminated, truncated
-        self.history.append({"action": action, "tool": tool, "arg": arg, "path": path,
-                             "observation": obs, "error": error})
-        return StepResult(obs, reward, terminated, truncated, info)
+    def _tool(self, tool: str, arg: str) -> tuple[str, bool]:
+        if tool == "ls":
+            return self._ls(resolve_path(arg), arg)
+        if tool == "open":
+            return self._open(resolve_path(arg), arg)
+        return self._grep(arg)
 
-    def snapshot(self) -> Any:
-        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
-                              "terminated": self.terminated, "truncated": self.truncated,
-                              "max_turns": self.max_turns})
+    def _answer(self, arg: str) -> dict[str, Any]:
+        ranked = _ranked(arg)
+        gold = self.task.answer
+        acc1 = float(bool(ranked) and ranked[0] == gold)
+        acc5 = float(gold in ranked[:5])
+        return {"success": acc1 == 1.0, "acc@1": acc1, "acc@5": acc5}
 
-    def restore(self, state: Any) -> None:
-        s = copy.deepcopy(state)
-        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
-        self.terminated, self.truncated = s["terminated"], s["truncated"]
-        self.max_turns = s["max_turns"]
-        self.repo = None if self.task is None else _repo(self.task.meta["repo"],
-                                                         self.task.meta["n_files"])
+    def _record(self, action: str, tool: str | None, arg: str, obs: str,
+                error: bool) -> dict[str, Any]:
+        path = resolve_path(arg) if tool in ("ls", "open") else None
+        return {"action": action, "tool": tool, "arg": arg, "path": path,
+                "observation": obs, "error": error}
 
 
 def _same(a: str, b: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..config import ConfigError
 from .base import ENVS, Task
-from .calls import CallEnv
+from .calls import CallEnv, CallSpec
 
 __all__ = [
     "CalcError",
@@ -370,32 +370,14 @@ def _expert_action(env: MathEnv, rng: random.Random, error_rate: float) -> str:
     return f"calc({_operand(left)}{op}{_operand(right)})"
 
 
-class MathSpec:
-    """The "math" env spec: deterministic train/eval problems and the scripted expert."""
+class MathSpec(CallSpec):
+    """The "math" env spec: deterministic train/eval problems and the scripted expert
+    (options and tasks: see `CallSpec`)."""
 
     name = "math"
-
-    def __init__(self, seed: int = 0, min_hops: int = 2, max_hops: int = 3, n_train: int = 600,
-                 n_eval: int = 200, max_turns: int = 12):
-        if not 1 <= min_hops <= max_hops:
-            raise ConfigError(f"math: need 1 <= env.min_hops <= env.max_hops, "
-                              f"got {min_hops}..{max_hops}")
-        if max_hops > MAX_HOPS:
-            raise ConfigError(f"math: env.max_hops must be at most {MAX_HOPS}, got {max_hops}")
-        if n_train < 0 or n_eval < 0:
-            raise ConfigError("math: env.n_train and env.n_eval must be non-negative")
-        self.seed, self.min_hops, self.max_hops = int(seed), int(min_hops), int(max_hops)
-        self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
-
-    def make(self) -> MathEnv:
-        return MathEnv(self.max_turns)
-
-    def tasks(self, split: str, n: int | None = None) -> list[Task]:
-        if split not in ("train", "eval"):
-            raise ValueError(f"unknown split '{split}'; valid: train, eval")
-        all_tasks = _tasks(self.seed, self.min_hops, self.max_hops, self.n_train,
-                           self.n_eval)[split]
-        return list(all_tasks if n is None else all_tasks[:n])
+    env_class = MathEnv
+    hops_limit = MAX_HOPS
+    build = staticmethod(_tasks)
 
     def expert(self, env: MathEnv, rng: random.Random, error_rate: float = 0.0) -> str:
         """One `calc(<running value><op><operand>)` per operation, then `answer(<last result>)`.

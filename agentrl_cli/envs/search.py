@@ -15,7 +15,6 @@ Everything is deterministic from the seed (`random.Random(seed)`, never the glob
 """
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import random
@@ -24,7 +23,8 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ENVS, StepResult, Task
+from .base import ENVS, Task
+from .calls import CallEnv
 
 __all__ = [
     "Doc",
@@ -317,82 +317,34 @@ def _tasks(seed: int, n_entities: int, min_hops: int, max_hops: int,
     return out
 
 
-class SearchEnv:
-    """One episode at a time over a shared `SearchWorld`. Implements the TextEnv protocol."""
+class SearchEnv(CallEnv):
+    """One episode at a time over a shared `SearchWorld`: `search`, `open` and `answer` in
+    `parse_action`'s syntax (see `CallEnv` for the bookkeeping)."""
 
     system_prompt = SYSTEM_PROMPT
+    tools = ("search", "open", "answer")
+    malformed = MALFORMED
 
     def __init__(self, world: SearchWorld, max_turns: int = 12):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         self.world = world
-        self.max_turns = max_turns
-        self.task: Task | None = None
-        self.history: list[dict] = []   # {"action","tool","arg","observation","error"} per step
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
+        super().__init__(max_turns)
 
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
+    def _parse(self, action: str) -> tuple[str, str] | None:
+        return parse_action(action)
 
-    def reset(self, task: Task) -> str:
-        self.task = task
-        self.history = []
-        self.steps = 0
-        self.terminated = False
-        self.truncated = False
-        return task.prompt
-
-    def step(self, action: str) -> StepResult:
-        if self.task is None or self.done:
-            why = "call reset() first" if self.task is None else "the episode is over"
-            return StepResult(f"error: {why}", 0.0, self.terminated, self.truncated,
-                              {"tool": None, "error": True, "success": False})
-        self.steps += 1
-        parsed = parse_action(action)
-        tool, arg = parsed if parsed is not None else (None, "")
-        reward, terminated, error = 0.0, False, False
-        info: dict[str, Any] = {"tool": tool}
-        if tool is None:
-            obs, error = MALFORMED, True
-        elif tool == "search":
+    def _tool(self, tool: str, arg: str) -> tuple[str, bool]:
+        if tool == "search":
             if not _tokens(arg):
-                obs, error = "error: empty query", True
-            else:
-                hits = self.world.search(arg)
-                obs = "\n".join(f"{d.doc_id} {d.title}" for d in hits) if hits else "no results"
-        elif tool == "open":
-            doc = self.world.doc_by_id.get(arg)
-            if doc is None:
-                obs, error = f"error: no document {arg}", True
-            else:
-                obs = doc.text
-        else:  # answer
-            success = normalize_answer(arg) == normalize_answer(self.task.answer)
-            obs, reward, terminated = "", (1.0 if success else 0.0), True
-            info["success"] = success
-        truncated = not terminated and self.steps >= self.max_turns
-        if truncated:
-            info["success"] = False
-        info["error"] = error
-        info["steps"] = self.steps
-        self.terminated, self.truncated = terminated, truncated
-        self.history.append({"action": action, "tool": tool, "arg": arg,
-                             "observation": obs, "error": error})
-        return StepResult(obs, reward, terminated, truncated, info)
+                return "error: empty query", True
+            hits = self.world.search(arg)
+            if not hits:
+                return "no results", False
+            return "\n".join(f"{d.doc_id} {d.title}" for d in hits), False
+        doc = self.world.doc_by_id.get(arg)  # open
+        return (f"error: no document {arg}", True) if doc is None else (doc.text, False)
 
-    def snapshot(self) -> Any:
-        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
-                              "terminated": self.terminated, "truncated": self.truncated,
-                              "max_turns": self.max_turns})
-
-    def restore(self, state: Any) -> None:
-        s = copy.deepcopy(state)
-        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
-        self.terminated, self.truncated = s["terminated"], s["truncated"]
-        self.max_turns = s["max_turns"]
+    def _check(self, arg: str) -> bool:
+        return normalize_answer(arg) == normalize_answer(self.task.answer)
 
 
 def _expert_action(env: SearchEnv, rng: random.Random, error_rate: float) -> str:
