@@ -161,9 +161,6 @@ class _Path:
     turn_lps: list[float] = field(default_factory=list)
     price: float = 0.0            # expected tokens it generates in all (budget accounting)
 
-    def remaining(self) -> float:
-        return max(0.0, self.price - self.live.ep.generated_tokens - len(self.turn_ids))
-
 
 class FocusRunner:
     """One step of FOCUS tree rollouts over `tasks` (see the module docstring)."""
@@ -274,7 +271,11 @@ class FocusRunner:
 
     def committed(self) -> float:
         """Tokens generated so far plus the running paths' expected remaining tokens."""
-        return self.spent + sum(p.remaining() for p in self.active)
+        return self.spent + sum(max(0.0, p.price - self._generated(p)) for p in self.active)
+
+    def _generated(self, p: _Path) -> int:
+        """Tokens path `p` has generated so far."""
+        return p.live.ep.generated_tokens + len(p.turn_ids)
 
     def price(self, tree: Tree, node: Node) -> float:
         """Expected tokens a continuation from `node` generates: the mean that the finished

@@ -493,6 +493,13 @@ class PathScheduler(FocusRunner):
     def _budget_left(self) -> bool:
         return self.branching and super()._budget_left()
 
+    def _generated(self, p) -> int:
+        """On the virtual clock a running path has generated one token per tick since launch."""
+        start = self.launch.get(p.pid)
+        if start is None:
+            return 0
+        return max(0, min(self.now, self.finish_tick.get(p.pid, INF)) - start + 1)
+
     def _queue(self, p, job: PathJob) -> None:
         self.launch[p.pid] = self.now + 1
         self.through[p.pid] = self.now
