@@ -83,6 +83,20 @@ def test_scheduler_builds_the_in_process_trees(micro_policy, focus_case, ticks):
     _same(ref, res)
 
 
+def test_scheduler_matches_in_process_under_a_token_budget(micro_policy, focus_case):
+    """The budget charges running paths' expected remaining tokens; on the virtual clock a
+    running path has generated one token per tick, so both make the same launch decisions."""
+    model, tok, fmt, spec = micro_policy
+    _, head, algo, tasks = focus_case
+    ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks)
+    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
+    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=2)
+    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks,
+                                          runner)
+    assert ref.extras["metrics"]["focus/continuations"] > 0
+    _same(ref, res)
+
+
 def test_linear_paths_equal_runner_with_per_episode_generators(micro_policy):
     model, tok, fmt, spec = micro_policy
     algo = _cfg().algo
