@@ -166,7 +166,7 @@ def test_budget_is_reserved_for_values(micro_policy, vine_run):
     assert len(groups) < len(tasks)
     assert res.extras["vine"]["continuations"] > 0
     # the wave that stopped the main episodes projected at least the budget
-    assert projected_cost(res.episodes, 2) >= main
+    assert projected_cost(res.episodes, _states(res.episodes), 2) >= main
 
 
 def test_projected_cost_counts_shared_root_once():
@@ -180,5 +180,12 @@ def test_projected_cost_counts_shared_root_once():
                        generated_tokens=sum(mask))
     a = ep(0, [0, 1, 1, 0, 1], [1, 4])      # 3 generated; states: s0 (3 after), s1 (1 after)
     b = ep(0, [0, 1, 0, 1, 1], [1, 3])      # same group: s0 shared (priced at a's 3)
-    assert projected_cost([a], 3) == 3 + 3 * 3 + 3 * 1
-    assert projected_cost([a, b], 3) == (3 + 9 + 3) + (3 + 3 * 2)
+    assert projected_cost([a], _states([a]), 3) == 3 + 3 * 3 + 3 * 1
+    assert projected_cost([a, b], _states([a, b]), 3) == (3 + 9 + 3) + (3 + 3 * 2)
+
+
+def _states(eps):
+    """`boundary_states` of episodes whose env was recorded at every segment start."""
+    from agentrl_cli.rollout.vine import boundary_states
+
+    return boundary_states(eps, {id(e): [(s, None) for s in e.segment_starts] for e in eps})[0]

@@ -159,7 +159,7 @@ class _Path:
     feed: list[int] | None = None  # input of the next tick
     turn_ids: list[int] = field(default_factory=list)
     turn_lps: list[float] = field(default_factory=list)
-    price: float = 0.0            # expected tokens it generates in all (budget accounting)
+    price: float = 0.0            # continuation: expected tokens it generates (budget)
 
 
 class FocusRunner:
@@ -270,8 +270,11 @@ class FocusRunner:
         return len(self.paths) < self.target_paths
 
     def committed(self) -> float:
-        """Tokens generated so far plus the running paths' expected remaining tokens."""
-        return self.spent + sum(max(0.0, p.price - self._generated(p)) for p in self.active)
+        """Tokens generated so far plus the running paths' expected remaining tokens (a root
+        is priced at the mean finished root, a continuation at its launch price)."""
+        root = self._root_price()
+        return self.spent + sum(max(0.0, (p.price if p.continuation else root) - self._generated(p))
+                                for p in self.active)
 
     def _generated(self, p: _Path) -> int:
         """Tokens path `p` has generated so far."""
@@ -300,19 +303,12 @@ class FocusRunner:
         while len(self.active) < self.capacity and self._budget_left():
             t0 = time.perf_counter()
             pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
-            if pick is None:
-                self.t_book += time.perf_counter() - t0
-                break
-            cost = self.price(*pick)
-            if self.ctx.budget_tokens > 0:
-                root_price = self._root_price()
-                for q in self.active:
-                    if not q.continuation:
-                        q.price = root_price
-                if self.committed() + cost / 2 > self.ctx.budget_tokens:
-                    self.t_book += time.perf_counter() - t0
-                    break
+            cost = 0.0 if pick is None else self.price(*pick)
+            stop = pick is None or (self.ctx.budget_tokens > 0 and
+                                    self.committed() + cost / 2 > self.ctx.budget_tokens)
             self.t_book += time.perf_counter() - t0
+            if stop:
+                break
             self._launch_from(*pick)          # env restore + KV fork: engine time, not bookkeeping
             self.active[-1].price = cost
 

@@ -101,19 +101,10 @@ def _plan_waves(ctx: RolloutContext, states: list[_State], spent: int) -> list[l
     return waves
 
 
-def projected_cost(eps: list[Episode], k: int) -> int:
-    """Main tokens plus `k` continuations from every distinct boundary state of `eps`, each
-    priced at what its episode generated from the state on (`s_0` once per group)."""
-    cost, roots = 0, set()
-    for ep in eps:
-        cost += ep.generated_tokens
-        for j, start in enumerate(ep.segment_starts):
-            if j == 0:
-                if ep.group in roots:
-                    continue
-                roots.add(ep.group)
-            cost += k * sum(ep.response_mask[start:])
-    return cost
+def projected_cost(eps: list[Episode], states: list[_State], k: int) -> int:
+    """Main tokens plus `k` continuations from every distinct boundary state (`boundary_states`
+    of `eps`), each priced at what its episode generated from the state on."""
+    return sum(e.generated_tokens for e in eps) + k * sum(s.cost for s in states)
 
 
 def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]:
@@ -121,7 +112,8 @@ def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]
     per_wave = max(1, ctx.batch_size // ctx.group_size)
     eps: list[Episode] = []
     for start in range(0, len(tasks), per_wave):
-        if eps and projected_cost(eps, ctx.algo.vine_k) >= ctx.budget_tokens:
+        if eps and projected_cost(eps, boundary_states(eps, snaps)[0],
+                                  ctx.algo.vine_k) >= ctx.budget_tokens:
             break
         eps += run_groups(ctx, tasks[start:start + per_wave], first_group=start,
                           on_state=record)
