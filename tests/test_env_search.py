@@ -84,6 +84,22 @@ def test_tasks_split_disjoint_and_well_formed(spec):
     assert hops == {2, 3}
 
 
+def test_lookup_split_reads_every_fact(spec):
+    """`lookup`: one one-hop question per (entity, relation) of the world, solved by the expert;
+    the tiny model's warm-up imitates them next to training questions."""
+    looks = spec.tasks("lookup")
+    w = spec.world
+    assert len(looks) == sum(len(d.facts) for d in w.docs)
+    assert {(t.meta["start"], t.meta["relations"][0]) for t in looks} == {
+        (d.title, r) for d in w.docs for r, _ in d.facts}
+    for t in looks[:50]:
+        assert t.meta["hops"] == 1 and t.answer == w.doc_by_title[t.meta["start"]].fact(
+            t.meta["relations"][0])
+        assert t.prompt == f"Question: {t.meta['start']} > {t.meta['relations'][0]}"
+    for task, actions, _ in check_expert_solves(spec, looks[:30], random.Random(3)):
+        assert len(actions) == 3
+
+
 def test_perfect_expert_solves_all_eval(spec):
     calls = []
     for task, actions, _ in check_expert_solves(spec, spec.tasks("eval"), random.Random(0)):

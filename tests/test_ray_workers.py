@@ -28,7 +28,9 @@ def _cfg(*sets):
 def _head(model):
     torch.manual_seed(0)
     head = torch.nn.Linear(model.config.hidden_size, 1)
-    torch.nn.init.normal_(head.weight, std=0.3)
+    # values near 0.5 (distinct per state), away from the 0/1 outcomes of the untrained micro
+    # model, so its trees always branch (std 0.3 clamped some values to 0 = cbar: no gain)
+    torch.nn.init.normal_(head.weight, std=0.02)
     torch.nn.init.constant_(head.bias, 0.5)
     return head
 

@@ -291,7 +291,7 @@ def _tasks(seed: int, n_entities: int, min_hops: int, max_hops: int,
         pool = world.chains(h)
         rng.shuffle(pool)
         pools[h] = pool
-    out: dict[str, tuple[Task, ...]] = {}
+    out: dict[str, tuple[Task, ...]] = {"lookup": _lookups(world)}
     for split, n in (("eval", n_eval), ("train", n_train)):   # pools are consumed: disjoint
         tasks = []
         for i in range(n):
@@ -315,6 +315,22 @@ def _tasks(seed: int, n_entities: int, min_hops: int, max_hops: int,
                               answer=chain[-1], meta=meta))
         out[split] = tuple(tasks)
     return out
+
+
+def _lookups(world: SearchWorld) -> tuple[Task, ...]:
+    """One-hop questions, one per (entity, relation) of the world ("lookup" split): the
+    knowledge-base reading the tiny model's warm-up imitates next to the training questions,
+    so that a held-out question is a new *composition* of hops the base has seen done."""
+    tasks = []
+    for d in world.docs:
+        for rel, value in d.facts:
+            chain = [d.title, value]
+            tasks.append(Task(task_id=f"search-lookup-{len(tasks):05d}",
+                              prompt=f"Question: {d.title} > {rel}", answer=value,
+                              meta={"hops": 1, "start": d.title, "relations": [rel],
+                                    "chain": chain,
+                                    "doc_ids": [world.doc_by_title[e].doc_id for e in chain]}))
+    return tuple(tasks)
 
 
 class SearchEnv(CallEnv):
@@ -396,6 +412,8 @@ class SearchSpec:
     """The "search" env spec: a cached world, deterministic train/eval tasks and the expert."""
 
     name = "search"
+    # "lookup": one-hop questions about every entity (for warm-up demonstrations, not RL)
+    splits = ("train", "eval", "lookup")
 
     def __init__(self, seed: int = 0, n_entities: int = 300, min_hops: int = 2,
                  max_hops: int = 3, n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
@@ -416,8 +434,8 @@ class SearchSpec:
         return SearchEnv(self.world, self.max_turns)
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
-        if split not in ("train", "eval"):
-            raise ValueError(f"unknown split '{split}'; valid: train, eval")
+        if split not in self.splits:
+            raise ValueError(f"unknown split '{split}'; valid: {', '.join(self.splits)}")
         all_tasks = _tasks(self.seed, self.n_entities, self.min_hops, self.max_hops,
                            self.n_train, self.n_eval, self.relations)[split]
         return list(all_tasks if n is None else all_tasks[:n])

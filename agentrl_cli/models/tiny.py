@@ -5,17 +5,19 @@ Everything is built from the recipe below and the seed (no hub access), saved as
 Hugging Face folder (so `--model tiny` and `--model /path` load through the same code), and
 cached under `$AGENTRL_CACHE` (default `~/.cache/agentrl`) keyed by a hash of the recipe.
 
-The warm-up stops as soon as the held-out success (sampled, temperature 1) reaches
-`target_success`, so the base agent is competent but far from perfect: RL needs room. If it
-never does within `max_steps`, the last state is kept (keeping the best noisy check was tried
-and picked a worse model). The
+The warm-up runs a cosine learning-rate schedule over `max_steps` (annealing gave steadier
+final models than a constant rate: session 4) and checks held-out success (sampled,
+temperature 1) from `eval_start`; it stops early if a check reaches `target_success`. The
 demonstrator opens a distractor document with probability `error_rate` and follows it, so even
-perfect imitation succeeds only about (1 - error_rate)^hops of the time.
+perfect imitation succeeds only about (1 - error_rate)^hops of the time: RL has room above.
+Recipe v8 (session 4): two layers (as good per step as four, 1.9x cheaper), error rate 0.15,
+cosine schedule, built on two threads.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -27,8 +29,8 @@ from typing import Callable
 
 import torch
 
-RECIPE_VERSION = 7
-BUILD_THREADS = 1
+RECIPE_VERSION = 8
+BUILD_THREADS = 2
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -49,21 +51,24 @@ class TinyRecipe:
     n_eval: int = 60
     vocab_size: int = 1024
     hidden_size: int = 128
-    layers: int = 4
+    layers: int = 2
     heads: int = 4
     kv_heads: int = 2
     intermediate: int = 384
     max_positions: int = 1024
     demos: int = 3000
-    error_rate: float = 0.3
+    error_rate: float = 0.15
     obs_weight: float = 1.0
     batch_size: int = 16
     lr: float = 3e-3
-    max_steps: int = 1300
-    eval_start: int = 400
-    eval_every: int = 50
+    max_steps: int = 1200
+    eval_start: int = 1100
+    eval_every: int = 100
     eval_tasks: int = 48
-    target_success: float = 0.15
+    target_success: float = 0.5
+    demo_worlds: int = 1
+    lookup_share: float = 0.0
+    lr_schedule: str = "cosine"
     seed: int = 0
 
     def key(self) -> str:
@@ -99,10 +104,10 @@ def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
 
 
 # ------------------------------------------------------------------------------ building
-def _spec(recipe: TinyRecipe):
+def _spec(recipe: TinyRecipe, seed: int | None = None):
     from ..envs import ENVS
 
-    return ENVS.get(recipe.env)(seed=recipe.env_seed, min_hops=recipe.min_hops,
+    return ENVS.get(recipe.env)(seed=recipe.env_seed if seed is None else seed, min_hops=recipe.min_hops,
                                 max_hops=recipe.max_hops, max_turns=recipe.max_turns,
                                 n_entities=recipe.n_entities, n_train=recipe.n_train,
                                 n_eval=recipe.n_eval, relations=recipe.relations)
@@ -159,11 +164,37 @@ def make_model(recipe: TinyRecipe, vocab_size: int):
     return Qwen3ForCausalLM(cfg)
 
 
+def _demo_worlds(recipe: TinyRecipe, spec) -> list[tuple[object, list]]:
+    """(spec, training tasks) of every world the demonstrations come from. World 0 is the env
+    the agent is evaluated and trained on; the others are the same generator at other seeds, so
+    names, ids and facts never repeat often enough to be memorised: copying from the context is
+    the only way to imitate them (one world let the model memorise names and doc ids instead)."""
+    worlds = [(spec, spec.tasks("train"))]
+    k = 0
+    while len(worlds) < recipe.demo_worlds and k < 4 * recipe.demo_worlds:
+        k += 1
+        try:
+            other = _spec(recipe, seed=recipe.env_seed + 7919 * k)
+            worlds.append((other, other.tasks("train")))
+        except ValueError:        # a world with too few questions of the asked size: skip it
+            continue
+    return worlds
+
+
+def _decay(recipe: TinyRecipe, step: int) -> float:
+    if recipe.lr_schedule == "constant":
+        return 1.0
+    if recipe.lr_schedule == "cosine":   # to 10% of the peak at max_steps
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, step / recipe.max_steps)))
+    raise ValueError(f"unknown lr_schedule '{recipe.lr_schedule}' (constant, cosine)")
+
+
 def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
-    """Build on one torch thread (`BUILD_THREADS`): float reductions depend on the thread count,
-    so fixing it makes the same recipe give the same model on any machine (a laptop defaults to
-    more threads than a 2-core CI box). One, not two: on a busy machine two OpenMP threads spin
-    while waiting for each other and the build slowed several-fold (measured here)."""
+    """Build on `BUILD_THREADS` torch threads: float reductions depend on the thread count, so
+    fixing it makes the same recipe give the same model on any machine (a laptop defaults to
+    more threads than a 2-core CI box). Two: 1.8x faster than one on an idle 2-core machine
+    (`benchmarks/bench_warmup_step.py`); on a busy one the two OpenMP threads can stall each
+    other, so `benchmarks/warmup_variants.py` runs its side-by-side builds on one thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(BUILD_THREADS)
     try:
@@ -183,16 +214,18 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     rng = random.Random(recipe.seed)
     train_tasks = spec.tasks("train")
     eval_tasks = spec.tasks("eval", recipe.eval_tasks)
+    worlds = _demo_worlds(recipe, spec)
 
     # 1. tokenizer, trained on expert transcripts (perfect and imperfect) of training tasks
     texts: list[str] = []
     probe_env = spec.make()
     texts.append(probe_env.system_prompt)
-    for i, task in enumerate(train_tasks):
-        env = spec.make()
+    per_world = max(1, len(train_tasks) // len(worlds))
+    for i, (w, task) in enumerate((w, t) for w, ts in worlds for t in ts[:per_world]):
+        env = w.make()
         texts.append(env.reset(task))
         for _ in range(recipe.max_turns):
-            action = spec.expert(env, rng, recipe.error_rate if i % 2 else 0.0)
+            action = w.expert(env, rng, recipe.error_rate if i % 2 else 0.0)
             res = env.step(action)
             texts.append(action)
             if res.observation:
@@ -210,9 +243,14 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     log(f"tiny: Qwen3 model with {n_params / 1e6:.2f}M parameters")
 
     # 3. warm-up on imperfect demonstrations (policy tokens only carry loss)
-    demo_tasks = [(train_tasks[rng.randrange(len(train_tasks))], 0) for _ in range(recipe.demos)]
-    demos = run_expert(fmt, spec, demo_tasks, max_tokens=recipe.max_positions,
-                       seed=recipe.seed, error_rate=recipe.error_rate)
+    demos = []
+    for k, (w, ts) in enumerate(worlds):
+        n = recipe.demos // len(worlds) + (k < recipe.demos % len(worlds))
+        looks = w.tasks("lookup") if recipe.lookup_share > 0 else []
+        picks = [((looks[rng.randrange(len(looks))] if looks and rng.random() < recipe.lookup_share
+                   else ts[rng.randrange(len(ts))]), 0) for _ in range(n)]
+        demos += run_expert(fmt, w, picks, max_tokens=recipe.max_positions,
+                            seed=recipe.seed + k, error_rate=recipe.error_rate)
     demo_success = sum(e.success for e in demos) / len(demos)
     demos.sort(key=lambda e: len(e.token_ids))
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
@@ -223,7 +261,7 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     success = 0.0
     step = 0
     for step in range(1, recipe.max_steps + 1):
-        lr = recipe.lr * min(1.0, step / 20)
+        lr = recipe.lr * min(1.0, step / 20) * _decay(recipe, step)
         for g in opt.param_groups:
             g["lr"] = lr
         # demos are sorted by length, so a batch of neighbours wastes little on padding
@@ -242,7 +280,7 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step >= recipe.eval_start and step % recipe.eval_every == 0:
+        if step == recipe.max_steps or step >= recipe.eval_start and step % recipe.eval_every == 0:
             model.eval()
             eps = run_episodes(engine, fmt, spec, [(t, 0) for t in eval_tasks for _ in range(2)],
                                params, max_tokens=recipe.max_positions, batch_size=96,
