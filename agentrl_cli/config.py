@@ -32,7 +32,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (less memory, about 1/3 more compute)."""
     critic: str = "head"
-    """Critic form when the method needs one: `head` (value head on the policy backbone) | `separate`."""
+    """Critic form when the method needs one: `head` (value head on the policy backbone, trained with it) | `detached` (the same head, its loss kept out of the backbone)."""
     device: str = "auto"
     """auto | cpu | cuda."""
     tiny_warmup_steps: int = 1200
@@ -246,7 +246,7 @@ _CHOICES = {
     "context.style": ("free", "structured"),
     "algo.agg": ("token-mean", "seq-mean"),
     "model.dtype": ("float32", "bfloat16", "float16"),
-    "model.critic": ("head", "separate"),
+    "model.critic": ("head", "detached"),
     "model.device": ("auto", "cpu", "cuda"),
     "model.attention": ("eager", "sdpa", "flex_attention", "flash_attention_2", "sink_sdpa", "sink_flex"),
     "env.relations": ("single", "full"),

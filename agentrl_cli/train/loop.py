@@ -69,6 +69,15 @@ class TaskSampler:
         return out
 
 
+class DetachedValueHead(torch.nn.Linear):
+    """`model.critic=detached`: a linear value head on the policy's hidden states whose
+    regression loss does not reach the backbone (a probe of the policy's features; the critic
+    cannot pull the shared features away from what the policy needs)."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return super().forward(h.detach())
+
+
 @dataclass
 class Learner:
     model: torch.nn.Module
@@ -84,7 +93,8 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None) -> Learner:
     value_head = None
     if recipe.critic:
         torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
-        value_head = torch.nn.Linear(model.config.hidden_size, 1)
+        head_cls = DetachedValueHead if cfg.model.critic == "detached" else torch.nn.Linear
+        value_head = head_cls(model.config.hidden_size, 1)
         torch.nn.init.zeros_(value_head.weight)
         torch.nn.init.constant_(value_head.bias, 0.5)
     reference = None
