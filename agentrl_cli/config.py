@@ -167,7 +167,7 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 40
+    steps: int = 100
     """Training steps (one rollout batch + update each)."""
     lr: float = 2e-4
     """Adam learning rate."""
@@ -205,7 +205,7 @@ class ContextConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str = "focus"
+    method: str = "grpo"
     """Training recipe (see the README's method table)."""
     seed: int = 0
     """Run seed: sampling, task order, initial critic."""
