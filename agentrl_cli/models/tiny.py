@@ -68,6 +68,7 @@ class TinyRecipe:
     target_success: float = 0.5
     demo_worlds: int = 1
     lookup_share: float = 0.0
+    critic_episodes: int = 256
     lr_schedule: str = "cosine"
     seed: int = 0
 
@@ -162,6 +163,51 @@ def make_model(recipe: TinyRecipe, vocab_size: int):
     )
     torch.manual_seed(recipe.seed)
     return Qwen3ForCausalLM(cfg)
+
+
+VALUE_HEAD = "value_head.safetensors"
+
+
+@torch.no_grad()
+def fit_value_head(model, engine, fmt, spec, tasks, n_episodes: int, max_tokens: int,
+                   gen: torch.Generator, path: Path) -> dict:
+    """A warm critic for the methods that need one (FOCUS above all: its allocator and its
+    TD advantages are only as good as V). The warmed-up model samples `n_episodes` on training
+    tasks (temperature 1); every turn-start state gets its episode's outcome as target (a
+    Monte-Carlo value of the base policy); a ridge regression of those targets on the state's
+    last hidden state (the same features the trainer's value head reads) gives the head's
+    weight and bias, saved as `path` (safetensors, the `torch.nn.Linear` state dict). The
+    trainer starts its value head from it (`train.loop.build_learner`)."""
+    from safetensors.torch import save_file
+
+    from ..engines.hf import SamplingParams
+    from ..rollout.runner import run_episodes
+    from .sequences import hidden_states, pad_episodes
+
+    picks = [(tasks[i % len(tasks)], 0) for i in range(n_episodes)]
+    eps = run_episodes(engine, fmt, spec, picks, SamplingParams(temperature=1.0, max_new_tokens=32),
+                       max_tokens=max_tokens, batch_size=64, generator=gen)
+    feats, ys = [], []
+    for i in range(0, len(eps), 32):
+        chunk = eps[i:i + 32]
+        ids, _, attn = pad_episodes(chunk, fmt.pad_id)
+        h = hidden_states(model, ids, attn).float()
+        for b, e in enumerate(chunk):
+            for t in e.turns:              # the state before each assistant turn
+                feats.append(h[b, t.start - 1])
+                ys.append(float(e.reward))
+    X = torch.stack(feats).double()
+    y = torch.tensor(ys, dtype=torch.float64)
+    mu = X.mean(0)
+    Xc = X - mu
+    gram = Xc.T @ Xc
+    ridge = 1e-3 * float(torch.trace(gram)) / X.shape[1] + 1e-9   # relative to the features' scale
+    w = torch.linalg.solve(gram + ridge * torch.eye(X.shape[1], dtype=X.dtype), Xc.T @ (y - y.mean()))
+    b = y.mean() - mu @ w
+    pred = (X @ w + b).clamp(0, 1)
+    save_file({"weight": w.float().unsqueeze(0).contiguous(), "bias": b.float().reshape(1)}, str(path))
+    return {"states": len(y), "success": sum(e.success for e in eps) / len(eps),
+            "mse": float(((pred - y) ** 2).mean()), "mse_const": float(y.var(unbiased=False))}
 
 
 def _demo_worlds(recipe: TinyRecipe, spec) -> list[tuple[object, list]]:
@@ -296,9 +342,16 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     hf_logging.disable_progress_bar()
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    critic = {}
+    if recipe.critic_episodes > 0 and recipe.max_steps > 0:   # no warm-up, no warm critic
+        critic = fit_value_head(model, engine, fmt, spec, train_tasks, recipe.critic_episodes,
+                                recipe.max_positions, gen, out / VALUE_HEAD)
+        log(f"tiny: value head fitted on {critic['states']} states of {recipe.critic_episodes} "
+            f"own episodes (success {critic['success']:.2f}, MSE {critic['mse']:.3f} vs "
+            f"{critic['mse_const']:.3f} for a constant)")
     info = {"recipe": asdict(recipe), "key": recipe.key(), "params": n_params,
             "warmup_steps": step, "base_success": success, "demo_success": demo_success,
-            "history": history, "build_seconds": time.time() - t0}
+            "history": history, "critic": critic, "build_seconds": time.time() - t0}
     (out / "recipe.json").write_text(json.dumps(info, indent=2))
     log(f"tiny: built in {time.time() - t0:.0f}s (demonstrator success {demo_success:.2f}, "
         f"held-out success {success:.2f})")

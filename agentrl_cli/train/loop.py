@@ -26,6 +26,7 @@ from ..envs import ENVS
 from ..evaluation.runner import evaluate
 from ..methods import METHODS
 from ..models.loading import load_policy
+from ..models.tiny import VALUE_HEAD
 from ..reporting.metrics import MetricsLog, plot_learning_curve
 from ..rollout.controllers import RolloutContext
 from ..rollout.workers import open_rollouts
@@ -88,7 +89,8 @@ class Learner:
     comm: Local = field(default_factory=Local)  # data-parallel collectives (no-ops in one process)
 
 
-def build_learner(cfg: RunConfig, model, comm: Local | None = None) -> Learner:
+def build_learner(cfg: RunConfig, model, comm: Local | None = None,
+                  model_path: str | None = None, log: Callable[[str], None] = print) -> Learner:
     recipe = METHODS.get(cfg.method)
     value_head = None
     if recipe.critic:
@@ -97,6 +99,12 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None) -> Learner:
         value_head = head_cls(model.config.hidden_size, 1)
         torch.nn.init.zeros_(value_head.weight)
         torch.nn.init.constant_(value_head.bias, 0.5)
+        warm = Path(model_path) / VALUE_HEAD if model_path else None
+        if warm is not None and warm.is_file():   # the tiny build's fitted critic
+            from safetensors.torch import load_file
+
+            value_head.load_state_dict(load_file(str(warm)))
+            log(f"critic: value head starts from {warm}")
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
         reference = copy.deepcopy(model).eval()
@@ -208,7 +216,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     spec = make_spec(cfg)
     engine = build_engine(cfg, model, fmt)
     estimator = ESTIMATORS.get(cfg.algo.estimator)
-    learner = build_learner(cfg, model, comm)
+    learner = build_learner(cfg, model, comm, model_path, log)
     rollouts = open_rollouts(cfg, engine, fmt, spec, model, learner.value_head, out, log)
     sampler = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step)
     eval_tasks = spec.tasks("eval", cfg.train.eval_tasks)
