@@ -48,3 +48,16 @@ def micro_policy(_cache):
     cfg = config.load(sets=MICRO)
     model, tok, fmt, _ = load_policy(cfg, log=lambda s: None)
     return model, tok, fmt, make_spec(cfg)
+
+
+def random_value_head(model, seed: int = 0):
+    """A seeded critic head for FOCUS tests: values near 0.5 (distinct per state), away from the
+    0/1 outcomes of the untrained micro model, so its trees always branch (std 0.3 clamped some
+    values to 0 = cbar: no gain, no branching)."""
+    import torch
+
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    torch.nn.init.normal_(head.weight, std=0.02)
+    torch.nn.init.constant_(head.bias, 0.5)
+    return head

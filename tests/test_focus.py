@@ -18,7 +18,7 @@ from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.rollout.tree import Node, Tree
 from agentrl_cli.train.batch import collate, forward
 
-from conftest import MICRO
+from conftest import MICRO, random_value_head
 
 
 
@@ -26,16 +26,6 @@ from conftest import MICRO
 def _algo(**kw):
     sets = [f"algo.{k}={v}" for k, v in kw.items()]
     return config.load(sets=MICRO + sets, method="focus").algo
-
-
-def _value_head(model, seed=0):
-    torch.manual_seed(seed)
-    head = torch.nn.Linear(model.config.hidden_size, 1)
-    # values near 0.5 (distinct per state), away from the 0/1 outcomes of the untrained micro
-    # model, so its trees always branch (std 0.3 clamped some values to 0 = cbar: no gain)
-    torch.nn.init.normal_(head.weight, std=0.02)
-    torch.nn.init.constant_(head.bias, 0.5)
-    return head
 
 
 def _ctx(micro_policy, algo, group_size=2, batch_size=3, seed=0, value_head=None, budget=0):
@@ -49,7 +39,7 @@ def _ctx(micro_policy, algo, group_size=2, batch_size=3, seed=0, value_head=None
 def linear_case(micro_policy):
     """A FOCUS step with branching disabled and the matching lock-step linear rollout."""
     model, tok, fmt, spec = micro_policy
-    head = _value_head(model)
+    head = random_value_head(model)
     tasks = spec.tasks("train", 3)
     algo = _algo(focus_roots=2)
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, value_head=head), tasks)
@@ -147,7 +137,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
     tasks = spec.tasks("train", 2)
     algo = _algo(focus_roots=1, focus_max_inflight=2)
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=5, batch_size=2,
-                                        value_head=_value_head(model)), tasks)
+                                        value_head=random_value_head(model)), tasks)
     assert seen["max_active"] <= 2 and seen["max_own"] <= 2
     assert len(res.episodes) == 10 and res.extras["metrics"]["focus/continuations"] == 8
     assert seen["forks"] > 0

@@ -16,23 +16,13 @@ from agentrl_cli.rollout import workers as W
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
 
-from conftest import MICRO
+from conftest import MICRO, random_value_head
 
 PARAMS = SamplingParams(max_new_tokens=8)
 
 
 def _cfg(*sets):
     return config.load(sets=MICRO + list(sets), method="focus")
-
-
-def _head(model):
-    torch.manual_seed(0)
-    head = torch.nn.Linear(model.config.hidden_size, 1)
-    # values near 0.5 (distinct per state), away from the 0/1 outcomes of the untrained micro
-    # model, so its trees always branch (std 0.3 clamped some values to 0 = cbar: no gain)
-    torch.nn.init.normal_(head.weight, std=0.02)
-    torch.nn.init.constant_(head.bias, 0.5)
-    return head
 
 
 def _ctx(micro_policy, algo, batch_size=3, seed=0, head=None, budget=0, group_size=3, model=None):
@@ -64,7 +54,7 @@ def _same(ref, res, trees=True):
 def focus_case(micro_policy):
     """An in-process FOCUS step with branching (capacity 3 < 9 paths, a critic head)."""
     model = micro_policy[0]
-    head = _head(model)
+    head = random_value_head(model)
     algo = _cfg("algo.focus_roots=1").algo
     tasks = micro_policy[3].tasks("train", 3)
     ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks)

@@ -40,7 +40,6 @@ def test_fit_saves_a_head_the_learner_starts_from(micro_policy, tmp_path):
 def test_fit_recovers_a_planted_linear_value(micro_policy, tmp_path, monkeypatch):
     """Outcomes that are a known linear function of the turn-start hidden states are recovered."""
     model, tok, fmt, spec = micro_policy
-    from agentrl_cli.models import tiny
     from agentrl_cli.rollout import runner
 
     real = runner.run_episodes

@@ -302,35 +302,32 @@ def _tasks(seed: int, n_entities: int, min_hops: int, max_hops: int,
                     f"{min_hops}..{max_hops}-hop questions for {n_train} train + {n_eval} eval")
             h = rng.choice(live)
             start, path = pools[h].pop()
-            chain = world.follow(start, path)
-            meta = {
-                "hops": h,
-                "start": start,
-                "relations": list(path),
-                "chain": chain,
-                "doc_ids": [world.doc_by_title[e].doc_id for e in chain],
-            }
-            tasks.append(Task(task_id=f"search-{split}-{i:05d}",
-                              prompt="Question: " + " > ".join((start, *path)),
-                              answer=chain[-1], meta=meta))
+            tasks.append(_question(world, f"search-{split}-{i:05d}", start, path))
         out[split] = tuple(tasks)
     return out
+
+
+def _question(world: SearchWorld, task_id: str, start: str, path: tuple[str, ...]) -> Task:
+    """The task asking for the end of `start`'s chain along the relations `path`."""
+    chain = world.follow(start, path)
+    meta = {
+        "hops": len(path),
+        "start": start,
+        "relations": list(path),
+        "chain": chain,
+        "doc_ids": [world.doc_by_title[e].doc_id for e in chain],
+    }
+    return Task(task_id=task_id, prompt="Question: " + " > ".join((start, *path)),
+                answer=chain[-1], meta=meta)
 
 
 def _lookups(world: SearchWorld) -> tuple[Task, ...]:
     """One-hop questions, one per (entity, relation) of the world ("lookup" split): the
     knowledge-base reading the tiny model's warm-up imitates next to the training questions,
     so that a held-out question is a new *composition* of hops the base has seen done."""
-    tasks = []
-    for d in world.docs:
-        for rel, value in d.facts:
-            chain = [d.title, value]
-            tasks.append(Task(task_id=f"search-lookup-{len(tasks):05d}",
-                              prompt=f"Question: {d.title} > {rel}", answer=value,
-                              meta={"hops": 1, "start": d.title, "relations": [rel],
-                                    "chain": chain,
-                                    "doc_ids": [world.doc_by_title[e].doc_id for e in chain]}))
-    return tuple(tasks)
+    pairs = [(d.title, rel) for d in world.docs for rel, _ in d.facts]
+    return tuple(_question(world, f"search-lookup-{i:05d}", start, (rel,))
+                 for i, (start, rel) in enumerate(pairs))
 
 
 class SearchEnv(CallEnv):
