@@ -5,6 +5,11 @@ import os
 
 import pytest
 
+# The suite is a CPU suite, also on a machine with a GPU (where model.device=auto would pick
+# it): CUDA is hidden unless AGENTRL_TEST_CUDA=1, which runs the `gpu`-marked tests on the GPU
+# (README: Tests). Set before anything imports torch.
+if os.environ.get("AGENTRL_TEST_CUDA") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 

@@ -68,6 +68,8 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
     model, _, fmt, path = load_policy(cfg, log=lambda s: None)
     head = load_value_head(head_dir, model.config.hidden_size) if head_dir else None
+    if head is not None:
+        head.to(next(model.parameters()).device)
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     return Policy(cfg, model, fmt, make_spec(cfg), engine, params, head, str(head_dir or path))
@@ -159,7 +161,7 @@ def _values(pol: Policy, episodes: list[Episode]) -> torch.Tensor:
     for rows in microbatches(batch, pol.cfg.train.max_tokens_per_microbatch):
         mb = trim(batch.select(rows))
         _, v = forward(pol.model, pol.value_head, mb, pol.cfg.rollout.temperature)
-        vals[rows, :v.shape[1]] = v.float()
+        vals[rows, :v.shape[1]] = v.float().cpu()
     return vals
 
 

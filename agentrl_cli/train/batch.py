@@ -39,6 +39,12 @@ class Batch:
     def size(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device | str) -> "Batch":
+        """The same batch with every tensor (extras' too) on `device` (no copy where already)."""
+        move = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v
+        kw = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
+        return Batch(**kw, extras={k: move(v) for k, v in self.extras.items()})
+
     def select(self, rows: list[int]) -> "Batch":
         idx = torch.tensor(rows, dtype=torch.long)
         kw = {}
@@ -103,9 +109,13 @@ def trim(batch: Batch) -> Batch:
 def forward(model, value_head, mb: Batch, temperature: float, chunk: int = 512):
     """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0).
 
-    `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence)."""
-    h = hidden_states(model, mb.input_ids, mb.attention_mask, mb.window_index)
-    lp = logprobs_from_hidden(model, h, mb.input_ids, temperature, chunk)
+    `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence).
+    The inputs go to the model's device; the outputs stay there."""
+    dev = next(model.parameters()).device
+    ids = mb.input_ids.to(dev)
+    window = mb.window_index.to(dev) if mb.window_index is not None else None
+    h = hidden_states(model, ids, mb.attention_mask.to(dev), window)
+    lp = logprobs_from_hidden(model, h, ids, temperature, chunk)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None
     if value_head is not None:

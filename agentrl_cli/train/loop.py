@@ -105,6 +105,7 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
 
             value_head.load_state_dict(load_file(str(warm)))
             log(f"critic: value head starts from {warm}")
+        value_head.to(next(model.parameters()).device)  # float32 next to the backbone
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
         reference = copy.deepcopy(model).eval()
@@ -131,13 +132,13 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
         w = mb.input_ids.shape[1]
         lp, v = forward(learner.model, learner.value_head, mb, cfg.rollout.temperature,
                         cfg.train.logprob_chunk)
-        old[rows, :w] = lp.float()
+        old[rows, :w] = lp.float().cpu()
         if vals is not None:
-            vals[rows, :w] = v.float()
+            vals[rows, :w] = v.float().cpu()
         if ref is not None:
             rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature,
                              cfg.train.logprob_chunk)
-            ref[rows, :w] = rlp.float()
+            ref[rows, :w] = rlp.float().cpu()
     batch.old_logprobs, batch.old_values, batch.ref_logprobs = old, vals, ref
 
 
@@ -147,6 +148,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     policy_loss = POLICY_LOSSES.get(algo.loss)
     learner.model.train()
     rng = random.Random(step_seed(cfg.seed, step, salt=2))
+    device = next(learner.model.parameters()).device  # the batch is built on CPU
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -165,7 +167,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
             learner.optimizer.zero_grad(set_to_none=True)
             stats: dict[str, float] = {}
             for micro in microbatches(mbatch, tr.max_tokens_per_microbatch):
-                m = trim(mbatch.select(micro))
+                m = trim(mbatch.select(micro)).to(device)
                 # token-mean: micro-batch mean x its share of tokens = the minibatch token mean
                 weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
                           else len(micro) / n_rows)

@@ -5,9 +5,11 @@
 #      --set model.device=cuda`), from a tiny build carried in $AGENTRL_CACHE (or built there);
 #   2. the hf engine on CUDA with a small Qwen3 in bfloat16 (experiments/gpu/check_scale.py
 #      bench + focus, --engines hf): throughput, engine-vs-trainer log-prob gap, FOCUS steps;
-#   3. the gpu-marked attention tests and the long-context memory benchmark
-#      (experiments/gpu/check_attention.sh's two parts);
-#   4. the whole test suite on a machine where model.device=auto resolves to CUDA.
+#   3. the gpu-marked tests with CUDA visible (AGENTRL_TEST_CUDA=1): tests/test_cuda.py (sampling
+#      on GPU logits with CPU generators, every method's two training steps, resume, eval) and
+#      tests/test_attention.py's sink-attention checks; then the long-context memory benchmark
+#      (ATTN_BENCH=0 skips it);
+#   4. the CPU suite on the GPU machine (conftest hides CUDA from it).
 #
 #   AGENTRL_CACHE=$PWD/.gpucache OUT=/tmp/cc bash experiments/gpu/check_cuda.sh 2>&1 | tee log
 # ($OUT holds the run folders and one log per part; the parts' tails are printed.)
@@ -48,9 +50,14 @@ done
 part 60 scale-build "$PY" experiments/gpu/check_scale.py build --device $DEV --out "$OUT/scale"
 part 120 scale-bench "$PY" experiments/gpu/check_scale.py bench --device $DEV --engines hf --out "$OUT/scale"
 part 120 scale-focus "$PY" experiments/gpu/check_scale.py focus --device $DEV --engines hf --steps 3 --out "$OUT/scale"
-part 150 attention-tests "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py
+# the gpu-marked tests (tests/test_cuda.py: sampling and every method's training on CUDA;
+# tests/test_attention.py: sink attention vs eager) with CUDA visible to the tests
+part 300 gpu-tests env AGENTRL_TEST_CUDA=1 "$PY" -m pytest -q -m gpu -n 4 -p no:cacheprovider tests
+if [ "${ATTN_BENCH:-1}" = 1 ]; then
 part 100 attention-bench "$PY" benchmarks/bench_long_context.py --device cuda --dtype bfloat16 \
     --hidden 512 --heads 8 --kv-heads 2 --head-dim 64 --vocab 32768 --layer-pairs 2
-TAILN=40 part "${SUITE_TIMEOUT:-150}" suite env OMP_NUM_THREADS=1 "$PY" -m pytest -q -n 12 --tb=line -rfE -p no:cacheprovider tests
+fi
+# the CPU suite on this machine (conftest hides CUDA from it)
+TAILN=40 part "${SUITE_TIMEOUT:-150}" cpu-suite env OMP_NUM_THREADS=1 "$PY" -m pytest -q -n 12 --tb=short -rfE -p no:cacheprovider tests
 echo "overall: $status"
 exit $status
