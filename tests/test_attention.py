@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from conftest import MICRO
 
 from agentrl_cli import config
+from agentrl_cli.engines.hf import cache_arg
 from agentrl_cli.models import attention as A
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -273,9 +274,9 @@ def test_tiny_gpt_oss_padding_and_kv_cache_equal_eager():
         with torch.no_grad():
             padded = model(input_ids=ids, attention_mask=mask).logits
             cache = DynamicCache(config=model.config)
-            model(input_ids=ids[:, :20], cache=cache, use_cache=True)
-            step = model(input_ids=ids[:, 20:23], cache=cache, use_cache=True).logits
-            last = model(input_ids=ids[:, 23:24], cache=cache, use_cache=True).logits
+            model(input_ids=ids[:, :20], **cache_arg(model, cache), use_cache=True)
+            step = model(input_ids=ids[:, 20:23], **cache_arg(model, cache), use_cache=True).logits
+            last = model(input_ids=ids[:, 23:24], **cache_arg(model, cache), use_cache=True).logits
         outs[name] = (padded[0, 6:], padded[1], step, last)
     for a, b in zip(outs["sink_sdpa"], outs["eager"]):
         torch.testing.assert_close(a, b, **TOL)

@@ -17,6 +17,8 @@ state (after the final norm, the input of the LM head and of a value head) is ke
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,6 +33,21 @@ class SamplingParams:
     top_p: float = 1.0            # nucleus filter applied when sampling (log-probs ignore it)
     max_new_tokens: int = 40      # most tokens in one assistant message
     greedy: bool = False          # argmax instead of sampling
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_name(model_cls: type) -> str:
+    import inspect
+
+    params = inspect.signature(model_cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_arg(model, cache) -> dict:
+    """The KV cache as a forward keyword: `cache=` in recent transformers 5.x,
+    `past_key_values=` in earlier 5.x releases (which silently ignore an unknown `cache=`: each
+    decode step would then see only its new token)."""
+    return {_cache_name(type(model)): cache}
 
 
 def _sampling_probs(logits: torch.Tensor, params: SamplingParams):
@@ -134,7 +151,7 @@ class KVBatch:
         pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
-                         cache=self.cache, use_cache=True,
+                         **cache_arg(self.model, self.cache), use_cache=True,
                          output_hidden_states=self.keep_hidden)
         logits = out.logits[:, -1, :]
         has = new_mask[:, -1].bool()
@@ -175,7 +192,7 @@ class KVBatch:
             if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
                 sub.update(layer.keys[idx], layer.values[idx], i)
         out = self.model(input_ids=ids, attention_mask=torch.cat([self.mask[idx], new_mask], dim=1),
-                         position_ids=pos, cache=sub, use_cache=True, logits_to_keep=1,
+                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True, logits_to_keep=1,
                          output_hidden_states=self.keep_hidden)
         while len(self.cache.layers) < len(sub.layers):  # a cache that never saw a forward
             self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
