@@ -126,3 +126,18 @@ def test_random_policy_and_broken_env_never_crash(micro_policy):
                        SamplingParams(temperature=3.0, max_new_tokens=8), 512, 2,
                        torch.Generator().manual_seed(0))
     assert all(e.finish in ("max_turns", "answer", "max_tokens") for e in eps)
+
+
+def test_cache_keyword_follows_the_model_signature():
+    """transformers before 5.2x names the KV cache `past_key_values` and swallows an unknown
+    `cache=` in **kwargs (each decode step then sees only its new token): pick by signature."""
+    from agentrl_cli.engines.hf import cache_arg
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    class New:
+        def forward(self, input_ids=None, cache=None, **kwargs): ...
+
+    assert cache_arg(Old(), "C") == {"past_key_values": "C"}
+    assert cache_arg(New(), "C") == {"cache": "C"}
