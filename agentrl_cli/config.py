@@ -57,6 +57,8 @@ class EnvConfig:
     """search: entities in the generated world (more = harder to memorise, more tasks); locate: files per repository."""
     relations: str = "full"
     """search: `full` (several facts per document; the question's relation picks one) or `single`."""
+    repos: str = "per-task"
+    """locate: `per-task` (every task its own repository) or `shared` (all tasks in one repository, as many LocBench issues share one; held-out tasks start from other functions)."""
     n_train: int = 595
     """Training tasks."""
     n_eval: int = 60
@@ -250,6 +252,7 @@ _CHOICES = {
     "model.device": ("auto", "cpu", "cuda"),
     "model.attention": ("eager", "sdpa", "flex_attention", "flash_attention_2", "sink_sdpa", "sink_flex"),
     "env.relations": ("single", "full"),
+    "env.repos": ("per-task", "shared"),
 }
 
 

@@ -195,3 +195,58 @@ def test_expert_valid_after_policy_steps(spec):
 
     spec20 = ENVS.get("locate")(seed=0, max_turns=20)
     check_expert_recovers(spec20, spec20.tasks("eval", 100), random.Random(4), prefix)
+
+
+# ----------------------------------------------------------------------------- env.repos=shared
+
+
+def test_shared_repository_tasks():
+    """`repos=shared`: one repository for every task, one task per entry function, train and
+    held-out entries disjoint, a quarter at most held out; deterministic; the per-task default
+    is unchanged by the option's existence."""
+    s = ENVS.get("locate")(seed=0, n_entities=100, repos="shared", n_train=595, n_eval=60)
+    train, ev = s.tasks("train"), s.tasks("eval")
+    assert {t.meta["repo"] for t in train + ev} == {"0-shared"}
+    entries = [t.prompt.split()[1] for t in train + ev]
+    assert len(entries) == len(set(entries))                      # one task per entry function
+    n_entries = sum(1 for d in L.make_repo("0-shared", 100).depth.values() if 2 <= d <= 3)
+    assert len(ev) == min(60, n_entries // 4) and len(train) == n_entries - len(ev)
+    assert {t.meta["hops"] for t in train} == {2, 3}
+    again = ENVS.get("locate")(seed=0, n_entities=100, repos="shared", n_train=595, n_eval=60)
+    assert [(t.prompt, t.answer) for t in again.tasks("eval")] == [(t.prompt, t.answer) for t in ev]
+    capped = ENVS.get("locate")(seed=0, n_entities=100, repos="shared", n_train=10, n_eval=5)
+    assert len(capped.tasks("train")) == 10 and len(capped.tasks("eval")) == 5
+    assert ENVS.get("locate")(seed=1, n_entities=100, repos="shared").tasks("eval")[0].meta["repo"] == "1-shared"
+    with pytest.raises(L.ConfigError):
+        ENVS.get("locate")(seed=0, repos="per-repo")
+
+
+def test_shared_repository_expert_snapshot_and_config():
+    from agentrl_cli import config
+    from agentrl_cli.train.loop import make_spec
+
+    s = make_spec(config.load(sets=["env.name=locate", "env.repos=shared"]))
+    assert s.repos == "shared"
+    check_expert_solves(s, s.tasks("eval")[:10] + s.tasks("train")[:10], random.Random(0))
+    check_snapshot_restore(s, prefix=3, losing="answer(x.py)")
+    with pytest.raises(config.ConfigError):
+        config.load(sets=["env.repos=one"])
+    # other envs take the generic option and ignore it
+    for name in ("search", "rules", "math"):
+        assert make_spec(config.load(sets=[f"env.name={name}", "env.repos=shared"])).tasks("eval")
+
+
+def test_tiny_recipe_key_stable_for_options_at_their_default():
+    """A field added after a recipe version changes the tiny build's cache key only when set:
+    cached default builds stay valid, a shared-repository build gets its own folder."""
+    from dataclasses import asdict
+
+    from agentrl_cli.models import tiny
+
+    r = tiny.TinyRecipe()
+    assert r.repos == "per-task" and "repos" in tiny.LATER_FIELDS
+    old = tiny.hashlib.sha256(tiny.json.dumps(
+        {"v": tiny.RECIPE_VERSION, **{k: v for k, v in asdict(r).items() if k != "repos"}},
+        sort_keys=True).encode()).hexdigest()[:12]
+    assert r.key() == old
+    assert tiny.TinyRecipe(repos="shared").key() != old

@@ -187,9 +187,24 @@ def resolve_path(path: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------ tasks
+def _task(split: str, i: int, key: str, repo: Repo, entry: str) -> Task:
+    """The issue "<entry> fails with <message>" over repository `key`; the gold file defines the
+    last function of `entry`'s call chain (the one that raises)."""
+    chain = repo.chain(entry)
+    msg = repo.message[chain[-1]]
+    meta = {"hops": len(chain), "repo": key, "n_files": len(repo.files), "chain": chain,
+            "chain_files": [repo.defined_in[fn] for fn in chain], "message": msg,
+            "raised_in": sorted({repo.defined_in[fn] for fn, m in repo.message.items()
+                                 if m == msg})}
+    return Task(task_id=f"locate-{split}-{i:05d}", prompt=f'Issue: {entry} fails with "{msg}".',
+                answer=repo.defined_in[chain[-1]], meta=meta)
+
+
 @functools.lru_cache(maxsize=16)
 def _tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train: int,
-           n_eval: int) -> dict[str, tuple[Task, ...]]:
+           n_eval: int, repos: str = "per-task") -> dict[str, tuple[Task, ...]]:
+    if repos == "shared":
+        return _shared_tasks(seed, n_files, min_hops, max_hops, n_train, n_eval)
     out: dict[str, tuple[Task, ...]] = {}
     for split, n in (("train", n_train), ("eval", n_eval)):   # different repositories
         tasks = []
@@ -199,18 +214,25 @@ def _tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train: int,
             rng = random.Random(f"locate-task-{key}-{n_files}-{min_hops}-{max_hops}")
             hops = rng.randint(min_hops, max_hops)
             entry = rng.choice(sorted(fn for fn, d in repo.depth.items() if d == hops))
-            chain = repo.chain(entry)
-            msg = repo.message[chain[-1]]
-            gold = repo.defined_in[chain[-1]]
-            meta = {"hops": hops, "repo": key, "n_files": n_files, "chain": chain,
-                    "chain_files": [repo.defined_in[fn] for fn in chain], "message": msg,
-                    "raised_in": sorted({repo.defined_in[fn] for fn, m in repo.message.items()
-                                         if m == msg})}
-            tasks.append(Task(task_id=f"locate-{split}-{i:05d}",
-                              prompt=f'Issue: {entry} fails with "{msg}".',
-                              answer=gold, meta=meta))
+            tasks.append(_task(split, i, key, repo, entry))
         out[split] = tuple(tasks)
     return out
+
+
+def _shared_tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train: int,
+                  n_eval: int) -> dict[str, tuple[Task, ...]]:
+    """`env.repos=shared`: every task over one repository (LocBench's issues share
+    repositories too), one task per entry function whose call chain is min_hops..max_hops long.
+    The entry functions are shuffled and split: held-out tasks get min(n_eval, a quarter of
+    them), training tasks at most n_train of the rest; no entry function is in both."""
+    key = f"{seed}-shared"
+    repo = _repo(key, n_files)
+    entries = sorted(fn for fn, d in repo.depth.items() if min_hops <= d <= max_hops)
+    random.Random(f"locate-shared-{seed}-{n_files}-{min_hops}-{max_hops}").shuffle(entries)
+    n_ev = min(n_eval, len(entries) // 4)
+    splits = {"eval": entries[:n_ev], "train": entries[n_ev:n_ev + n_train]}
+    return {split: tuple(_task(split, i, key, repo, fn) for i, fn in enumerate(fns))
+            for split, fns in splits.items()}
 
 
 # ------------------------------------------------------------------------------ env
@@ -326,7 +348,8 @@ class LocateSpec:
     name = "locate"
 
     def __init__(self, seed: int = 0, n_files: int = 48, min_hops: int = 2, max_hops: int = 3,
-                 n_train: int = 600, n_eval: int = 200, max_turns: int = 12):
+                 n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
+                 repos: str = "per-task"):
         if not 1 <= min_hops <= max_hops:
             raise ConfigError(f"locate: need 1 <= env.min_hops <= env.max_hops, "
                               f"got {min_hops}..{max_hops}")
@@ -337,6 +360,9 @@ class LocateSpec:
                               f"{MIN_FILES}..{MAX_FILES}, got {n_files}")
         if n_train < 0 or n_eval < 0:
             raise ConfigError("locate: env.n_train and env.n_eval must be non-negative")
+        if repos not in ("per-task", "shared"):
+            raise ConfigError(f"locate: env.repos must be per-task or shared, got '{repos}'")
+        self.repos = repos
         self.seed, self.n_files = int(seed), int(n_files)
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
@@ -348,7 +374,7 @@ class LocateSpec:
         if split not in ("train", "eval"):
             raise ValueError(f"unknown split '{split}'; valid: train, eval")
         all_tasks = _tasks(self.seed, self.n_files, self.min_hops, self.max_hops,
-                           self.n_train, self.n_eval)[split]
+                           self.n_train, self.n_eval, self.repos)[split]
         return list(all_tasks if n is None else all_tasks[:n])
 
     def expert(self, env: LocateEnv, rng: random.Random, error_rate: float = 0.0) -> str:
@@ -361,12 +387,15 @@ class LocateSpec:
 
 
 def make_locate_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
-                     **options: Any) -> LocateSpec:
+                     repos: str | None = None, **options: Any) -> LocateSpec:
     """Registry factory. Options: n_files (files per repository, 8-200; `n_entities`, the
     generic env-config size, is used when n_files is not given), min_hops, max_hops (functions
-    on the call chain, 1-5), n_train, n_eval, max_turns. `relations` (search only) is ignored."""
+    on the call chain, 1-5), n_train, n_eval, max_turns, repos ("per-task" | "shared").
+    `relations` (search only) is ignored."""
     if n_entities is not None:
         options.setdefault("n_files", n_entities)
+    if repos is not None:
+        options["repos"] = repos
     return LocateSpec(seed, **options)
 
 

@@ -445,9 +445,10 @@ class SearchSpec:
         return _expert_action(env, rng, error_rate)
 
 
-def make_search_spec(seed: int = 0, **options: Any) -> SearchSpec:
+def make_search_spec(seed: int = 0, repos: str | None = None, **options: Any) -> SearchSpec:
     """Registry factory. Options: n_entities, min_hops, max_hops, n_train, n_eval, max_turns,
-    relations ("full" | "single")."""
+    relations ("full" | "single"). `repos` (locate's option, passed by callers that forward the
+    whole env config) does not apply and is ignored."""
     return SearchSpec(seed, **options)
 
 

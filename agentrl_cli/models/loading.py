@@ -24,7 +24,7 @@ def tiny_recipe(cfg: RunConfig) -> TinyRecipe:
     return TinyRecipe(env=cfg.env.name, env_seed=cfg.env.seed, min_hops=cfg.env.min_hops,
                       max_hops=cfg.env.max_hops, max_turns=cfg.env.max_turns,
                       n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval,
-                      relations=cfg.env.relations,
+                      relations=cfg.env.relations, repos=cfg.env.repos,
                       max_steps=cfg.model.tiny_warmup_steps,
                       target_success=cfg.model.tiny_target_success)
 

@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 RECIPE_VERSION = 8
+LATER_FIELDS = {"repos": "per-task"}  # added after v8: (field, default)
 BUILD_THREADS = 2
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -47,6 +48,7 @@ class TinyRecipe:
     max_turns: int = 12
     n_entities: int = 100
     relations: str = "full"
+    repos: str = "per-task"
     n_train: int = 595
     n_eval: int = 60
     vocab_size: int = 1024
@@ -73,7 +75,10 @@ class TinyRecipe:
     seed: int = 0
 
     def key(self) -> str:
-        blob = json.dumps({"v": RECIPE_VERSION, **asdict(self)}, sort_keys=True)
+        # fields added after a recipe version leave the key alone at their defaults, so a new
+        # option does not invalidate every cached build
+        fields = {k: v for k, v in asdict(self).items() if LATER_FIELDS.get(k, object()) != v}
+        blob = json.dumps({"v": RECIPE_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -111,7 +116,8 @@ def _spec(recipe: TinyRecipe, seed: int | None = None):
     return ENVS.get(recipe.env)(seed=recipe.env_seed if seed is None else seed, min_hops=recipe.min_hops,
                                 max_hops=recipe.max_hops, max_turns=recipe.max_turns,
                                 n_entities=recipe.n_entities, n_train=recipe.n_train,
-                                n_eval=recipe.n_eval, relations=recipe.relations)
+                                n_eval=recipe.n_eval, relations=recipe.relations,
+                                repos=recipe.repos)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):

@@ -49,7 +49,7 @@ def make_spec(cfg: RunConfig):
     e = cfg.env
     spec = ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
                             max_turns=e.max_turns, n_entities=e.n_entities, n_train=e.n_train,
-                            n_eval=e.n_eval, relations=e.relations)
+                            n_eval=e.n_eval, relations=e.relations, repos=e.repos)
     return wrap_spec(spec, cfg.context)
 
 
