@@ -9,7 +9,8 @@ held-out tasks. The untrained row is the same architecture and tokenizer with no
 takes several minutes of one CPU core.
 
     OMP_NUM_THREADS=1 AGENTRL_CACHE=/tmp/tiny-envs python benchmarks/bench_tiny_envs.py \
-        [--envs locate rules math] [--warmup-steps 700] [--tasks 60] [--samples 4]
+        [--envs locate rules math] [--warmup-steps 700] [--tasks 60] [--samples 4] \
+        [--set env.repos=shared ...]
 """
 from __future__ import annotations
 
@@ -49,13 +50,15 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=700)
     ap.add_argument("--tasks", type=int, default=60)
     ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--set", action="append", default=[], dest="sets",
+                    help="extra config key=value for every build and evaluation (repeatable)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
     for env in args.envs:
         row = {"env": env}
         for name, steps in (("untrained", 0), ("tiny", args.warmup_steps)):
-            cfg = config.load(sets=[f"env.name={env}", f"model.tiny_warmup_steps={steps}"])
+            cfg = config.load(sets=[f"env.name={env}", f"model.tiny_warmup_steps={steps}", *args.sets])
             t0 = time.time()
             path = model_path(cfg, log=lambda s: print(f"  [{env}] {s}", flush=True))
             built = time.time() - t0
