@@ -62,7 +62,7 @@ class EnvConfig:
     n_train: int = 595
     """Training tasks."""
     n_eval: int = 60
-    """Held-out tasks (disjoint from training: search by start entity and relation path, locate by repository, rules/math by case/problem)."""
+    """Held-out tasks (disjoint from training: search by start entity and relation path, locate by repository or, with shared repositories, by entry function, rules/math by case/problem)."""
 
 
 @dataclass(frozen=True)
