@@ -35,6 +35,12 @@ def test_fit_saves_a_head_the_learner_starts_from(micro_policy, tmp_path):
     cold = build_learner(cfg, model, model_path=str(tmp_path / "none"), log=lambda s: None)
     assert float(cold.value_head.weight.detach().abs().sum()) == 0.0
     assert float(cold.value_head.bias.detach()) == 0.5
+    # token-level GAE and MPO's intra-turn trace read the critic at every token, where the
+    # turn-start fit does not hold: they start cold
+    for method in ("ppo", "mpo"):
+        other = build_learner(config.load(sets=MICRO, method=method), model,
+                              model_path=str(tmp_path), log=lambda s: None)
+        assert float(other.value_head.weight.detach().abs().sum()) == 0.0, method
 
 
 def test_fit_recovers_a_planted_linear_value(micro_policy, tmp_path, monkeypatch):

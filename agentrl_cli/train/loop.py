@@ -70,6 +70,14 @@ class TaskSampler:
         return out
 
 
+# The tiny build fits its value head on turn-start states only (`models.tiny.fit_value_head`):
+# only FOCUS, which reads the critic only at segment boundaries, starts from it. Token-level
+# GAE (ppo) and MPO's intra-turn trace read it at every policy token, where that fit does not
+# hold (measured: critic loss 0.76 at PPO's first step vs 0.17-0.25 for the constant 0.5), so
+# they start cold.
+WARM_CRITIC_ESTIMATORS = ("focus",)
+
+
 class DetachedValueHead(torch.nn.Linear):
     """`model.critic=detached`: a linear value head on the policy's hidden states whose
     regression loss does not reach the backbone (a probe of the policy's features; the critic
@@ -100,7 +108,8 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
         torch.nn.init.zeros_(value_head.weight)
         torch.nn.init.constant_(value_head.bias, 0.5)
         warm = Path(model_path) / VALUE_HEAD if model_path else None
-        if warm is not None and warm.is_file():   # the tiny build's fitted critic
+        if (warm is not None and warm.is_file()
+                and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS):   # the tiny build's fitted critic
             from safetensors.torch import load_file
 
             value_head.load_state_dict(load_file(str(warm)))
