@@ -167,6 +167,10 @@ def test_budget_is_reserved_for_values(micro_policy, vine_run):
     assert res.extras["vine"]["continuations"] > 0
     # the wave that stopped the main episodes projected at least the budget
     assert projected_cost(res.episodes, _states(res.episodes), 2) >= main
+    # also when one wave could hold every group of the step (the first wave is one group)
+    big, _ = _run(micro_policy, K=2, budget=main, batch_size=64)
+    assert len({e.group for e in big.episodes}) < len(tasks)
+    assert big.extras["vine"]["continuations"] > 0
 
 
 def test_projected_cost_counts_shared_root_once():

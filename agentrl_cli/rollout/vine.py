@@ -108,15 +108,21 @@ def projected_cost(eps: list[Episode], states: list[_State], k: int) -> int:
 
 
 def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]:
-    """Main groups in waves until main + planned continuations reach the budget."""
+    """Main groups in waves until main + planned continuations reach the budget.
+
+    The first wave is one group (its cost is unknown before it runs); each later wave takes as
+    many groups as the remaining budget affords at the projected cost per group so far (at
+    most `batch_size` episodes). A first wave of `batch_size` episodes could spend the whole
+    budget on main episodes when the step has no more than that (measured: at GRPO's one-step
+    spend every step got 0 continuations and VinePPO trained on zero advantages)."""
     per_wave = max(1, ctx.batch_size // ctx.group_size)
     eps: list[Episode] = []
-    for start in range(0, len(tasks), per_wave):
-        if eps and projected_cost(eps, boundary_states(eps, snaps)[0],
-                                  ctx.algo.vine_k) >= ctx.budget_tokens:
-            break
-        eps += run_groups(ctx, tasks[start:start + per_wave], first_group=start,
-                          on_state=record)
+    start, n = 0, 1
+    while start < len(tasks) and n > 0:
+        eps += run_groups(ctx, tasks[start:start + n], first_group=start, on_state=record)
+        start += n
+        cost = projected_cost(eps, boundary_states(eps, snaps)[0], ctx.algo.vine_k)
+        n = min(per_wave, int((ctx.budget_tokens - cost) // max(cost / start, 1.0)))
     return eps
 
 
