@@ -18,7 +18,6 @@ state (after the final norm, the input of the LM head and of a value head) is ke
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -69,14 +68,20 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         logp = torch.log_softmax(logits, dim=-1)
         tok = logp.argmax(-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-    logp, probs = _sampling_probs(logits, params)
-    if generator is not None and generator.device != probs.device:
+    if generator is not None and generator.device != logits.device:
         # a CPU generator (the per-episode ones) with logits on an accelerator: one uniform
         # per row from the generator, inverted through the CDF on the device
-        u = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64)
-        tok = inverse_cdf(probs, u)
-    else:
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        u = torch.rand(logits.shape[0], generator=generator, dtype=torch.float64)
+        return _sample_uniforms(logits, params, u)
+    logp, probs = _sampling_probs(logits, params)
+    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def _sample_uniforms(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor):
+    """(tokens, log-probs) of float logits [R, V], row r drawn by `inverse_cdf` from u[r]."""
+    logp, probs = _sampling_probs(logits, params)
+    tok = inverse_cdf(probs, u)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
@@ -103,9 +108,7 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams,
     if logits.device.type != "cpu" and generators and all(
             g is not None and g.device.type == "cpu" for g in generators) and not params.greedy:
         u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
-        logp, probs = _sampling_probs(logits.float(), params)
-        tok = inverse_cdf(probs, u)
-        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+        return _sample_uniforms(logits.float(), params, u)
     toks, lps = [], []
     for i, g in enumerate(generators):
         t, lp = sample(logits[i:i + 1], params, g)
@@ -192,8 +195,8 @@ class KVBatch:
             if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
                 sub.update(layer.keys[idx], layer.values[idx], i)
         out = self.model(input_ids=ids, attention_mask=torch.cat([self.mask[idx], new_mask], dim=1),
-                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True, logits_to_keep=1,
-                         output_hidden_states=self.keep_hidden)
+                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
+                         logits_to_keep=1, output_hidden_states=self.keep_hidden)
         while len(self.cache.layers) < len(sub.layers):  # a cache that never saw a forward
             self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
         for li, (layer, sl) in enumerate(zip(self.cache.layers, sub.layers)):

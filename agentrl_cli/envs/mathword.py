@@ -388,11 +388,11 @@ class MathSpec(CallSpec):
 
 
 def make_math_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
-                   repos: str | None = None,
-                   **options: Any) -> MathSpec:
+                   repos: str | None = None, **options: Any) -> MathSpec:
     """Registry factory. Options: min_hops, max_hops (arithmetic operations per problem, 1-5),
-    n_train, n_eval, max_turns. `n_entities`, `relations` and `repos` (world options of search and locate, passed
-    by callers that forward the whole env config) do not apply and are ignored."""
+    n_train, n_eval, max_turns. `n_entities`, `relations` and `repos` (world options of search
+    and locate, passed by callers that forward the whole env config) do not apply and are
+    ignored."""
     return MathSpec(seed, **options)
 
 

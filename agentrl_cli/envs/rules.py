@@ -323,11 +323,11 @@ class RulesSpec(CallSpec):
 
 
 def make_rules_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
-                    repos: str | None = None,
-                    **options: Any) -> RulesSpec:
+                    repos: str | None = None, **options: Any) -> RulesSpec:
     """Registry factory. Options: min_hops, max_hops (rules a question needs, 1-4), n_train,
-    n_eval, max_turns. `n_entities`, `relations` and `repos` (world options of search and locate, passed by callers
-    that forward the whole env config) do not apply and are ignored."""
+    n_eval, max_turns. `n_entities`, `relations` and `repos` (world options of search and
+    locate, passed by callers that forward the whole env config) do not apply and are
+    ignored."""
     return RulesSpec(seed, **options)
 
 

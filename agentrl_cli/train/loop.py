@@ -108,8 +108,8 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
         torch.nn.init.zeros_(value_head.weight)
         torch.nn.init.constant_(value_head.bias, 0.5)
         warm = Path(model_path) / VALUE_HEAD if model_path else None
-        if (warm is not None and warm.is_file()
-                and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS):   # the tiny build's fitted critic
+        # the tiny build's fitted critic, for the estimators it was fitted for
+        if warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS:
             from safetensors.torch import load_file
 
             value_head.load_state_dict(load_file(str(warm)))
