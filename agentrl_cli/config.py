@@ -181,6 +181,8 @@ class TrainConfig:
     """Passes over each rollout batch."""
     minibatches: int = 1
     """Optimiser steps per pass."""
+    critic_warmup: int = 0
+    """Methods with a critic: the first N steps update only the value head (the policy, backbone included, stays the base model); they count toward train.steps and spend rollout tokens like any step."""
     max_tokens_per_microbatch: int = 16384
     """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
     logprob_chunk: int = 512

@@ -35,3 +35,41 @@ def test_critic_loss_reaches_the_backbone_only_when_shared(micro_policy, form):
 def test_unknown_critic_form_is_a_config_error():
     with pytest.raises(config.ConfigError, match="model.critic"):
         config.load(sets=["model.critic=separate"])
+
+
+
+def test_critic_warmup_trains_only_the_value_head(micro_policy):
+    """`train.critic_warmup=N`: at steps <= N the backbone (the policy) keeps its weights and the
+    value head moves; after it, both move."""
+    from test_distributed import _global_episodes
+    from agentrl_cli.credit.estimators import ESTIMATORS
+    from agentrl_cli.train import loop
+    from agentrl_cli.train.batch import collate
+
+    model, tok, fmt, spec = micro_policy
+    eps = _global_episodes(micro_policy)
+    cfg = config.load(sets=MICRO + ["train.critic_warmup=1", "algo.whiten=false"], method="ppo")
+    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+
+    def step(n):
+        batch = collate(copy.deepcopy(eps), fmt.pad_id)
+        loop.score(learner, batch, cfg)
+        c = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
+        batch.advantages, batch.returns, batch.value_mask = c.advantages, c.returns, c.value_mask
+        return loop.update(learner, batch, cfg, step=n)
+
+    def moved(module, before):
+        return max(float((a.detach() - b).abs().max()) for a, b in zip(module.parameters(), before))
+
+    def snap(module):
+        return [p.detach().clone() for p in module.parameters()]
+
+    body, head = snap(learner.model), snap(learner.value_head)
+    stats = step(1)                                     # warm-up: the head alone
+    assert moved(learner.model, body) == 0.0
+    assert moved(learner.value_head, head) > 1e-4
+    assert stats["loss/critic"] > 0
+    head = snap(learner.value_head)
+    step(2)                                             # after it: both
+    assert moved(learner.model, body) > 1e-4
+    assert moved(learner.value_head, head) > 1e-4

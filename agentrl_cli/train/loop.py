@@ -158,6 +158,10 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     learner.model.train()
     rng = random.Random(step_seed(cfg.seed, step, salt=2))
     device = next(learner.model.parameters()).device  # the batch is built on CPU
+    # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
+    # loss, the KL term and the backbone's share of the critic gradient are all dropped
+    critic_only = learner.value_head is not None and step <= tr.critic_warmup
+    head_params = set(map(id, learner.value_head.parameters())) if critic_only else set()
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -183,8 +187,8 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 lp, values = forward(learner.model, learner.value_head, m, cfg.rollout.temperature,
                                      tr.logprob_chunk)
                 loss, st = policy_loss(lp, m, algo)
-                total = loss * weight
-                if learner.reference is not None and algo.kl_coef > 0:
+                total = loss.detach() * 0.0 if critic_only else loss * weight
+                if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
                     kl = losses.aggregate(losses.kl_k3(lp, m.ref_logprobs, m.response_mask),
                                           m.response_mask, algo.agg)
                     total = total + algo.kl_coef * kl * weight
@@ -199,6 +203,10 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 st["loss/policy"] = loss.detach()
                 for key, v in st.items():
                     stats[key] = stats.get(key, 0.0) + float(v) * weight
+            if critic_only:
+                for p in learner.params:
+                    if id(p) not in head_params:
+                        p.grad = None       # AdamW leaves a parameter without a gradient alone
             learner.comm.reduce_grads(learner.params)
             stats = learner.comm.sum_dict(stats)
             if tr.grad_clip > 0:
