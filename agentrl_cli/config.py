@@ -209,7 +209,7 @@ class ContextConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str = "grpo"
+    method: str = "focus"
     """Training recipe (see the README's method table)."""
     seed: int = 0
     """Run seed: sampling, task order, initial critic."""

@@ -53,9 +53,13 @@ _add(Recipe(
      "algo.eps_low": 3e-4, "algo.eps_high": 4e-4, "algo.agg": "seq-mean"},
 ))
 _add(Recipe(
-    "ppo", "token-level GAE on a value head (gamma 1, lam 0.95), whitened, PPO-clip",
+    "ppo", "token-level GAE on a value head (gamma 1, lam 1), whitened, PPO-clip, 10 critic warm-up steps",
+    # lam 1 (verl's default) and a critic warm-up, not METHODS.md's lam 0.95: with lam < 1 the
+    # critic's own value differences become credit, and on the built-in agent every lam 0.95
+    # variant (cold, warm, detached + warm-up) drifted into long episodes and collapsed
+    # (README, "The methods on the built-in agent"); `--set algo.lam=0.95` restores it.
     {"algo.estimator": "gae", "algo.loss": "ppo_clip", "algo.controller": "linear",
-     "algo.gamma": 1.0, "algo.lam": 0.95, "algo.whiten": True},
+     "algo.gamma": 1.0, "algo.lam": 1.0, "algo.whiten": True, "train.critic_warmup": 10},
     critic=True,
 ))
 _add(Recipe(

@@ -252,7 +252,8 @@ def test_recipes_are_complete_and_truthful():
     m = config.load(method="mpo").algo
     assert (m.lam, m.lam_intra, m.beta, m.loss, m.whiten) == (0.8, 0.95, 1.0, "turn_ratio", True)
     p = config.load(method="ppo").algo
-    assert (p.lam, p.gamma, p.whiten) == (0.95, 1.0, True)
+    assert (p.lam, p.gamma, p.whiten) == (1.0, 1.0, True)
+    assert config.load(method="ppo").train.critic_warmup == 10
     assert config.load(method="dr_grpo").algo.std_normalize is False
     t = config.load(method="trace").algo
     assert (t.trace_eps, t.trace_k, t.gamma_td, t.lambda_term, t.alpha_out, t.alpha_turn) == \
