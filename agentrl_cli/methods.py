@@ -53,7 +53,7 @@ _add(Recipe(
      "algo.eps_low": 3e-4, "algo.eps_high": 4e-4, "algo.agg": "seq-mean"},
 ))
 _add(Recipe(
-    "ppo", "token-level GAE on a value head (gamma 1, lam 1), whitened, PPO-clip, 10 critic warm-up steps",
+    "ppo", "token-level GAE on a value head (gamma 1, lam 1), whitened, PPO-clip, critic warm-up",
     # lam 1 (verl's default) and a critic warm-up, not METHODS.md's lam 0.95: with lam < 1 the
     # critic's own value differences become credit, and on the built-in agent every lam 0.95
     # variant (cold, warm, detached + warm-up) drifted into long episodes and collapsed
@@ -82,9 +82,13 @@ _add(Recipe(
     reference=True,  # extra compute: one teacher-forced reference pass per tool-call boundary
 ))
 _add(Recipe(
-    "focus", "tree rollouts branching where the critic is most wrong, refined-value segment TD, PPO-clip",
+    "focus", "tree rollouts branching where the critic is most wrong, refined-value TD(1), PPO-clip",
     {"algo.estimator": "focus", "algo.loss": "ppo_clip", "algo.controller": "focus",
-     "algo.gamma": 1.0, "algo.focus_lam": 0.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2},
+     # focus_lam 1 (each segment's advantage is R - V~(s_k)), not METHODS.md's TD(0): with the
+     # built-in agent's weak critic, TD(0) put a failed path's credit on its last segments and
+     # the policy learned to postpone answering (README, Known limits); `--set
+     # algo.focus_lam=0` restores it, and the paper-scale experiments/focus-*.yaml pin it.
+     "algo.gamma": 1.0, "algo.focus_lam": 1.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2},
     critic=True,
     extra_rollouts="none beyond the budget: continuations from tree nodes replace independent episodes",
 ))
