@@ -85,6 +85,8 @@ class RolloutConfig:
     """Episodes decoded concurrently by the engine."""
     budget_tokens: int = 0
     """Cap on generated tokens per step, extra continuations included (0: no cap)."""
+    budget_match: bool = False
+    """With budget_tokens 0: cap each step at what a linear (GRPO) step of the base policy generates, tasks_per_step x group_size x the base held-out evaluation's tokens per question (the focus recipe sets it)."""
     workers: int = 0
     """Ray rollout workers, each with its own engine and envs (0: generate in the trainer process)."""
     ray_address: str = ""

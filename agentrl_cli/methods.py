@@ -88,7 +88,9 @@ _add(Recipe(
      # built-in agent's weak critic, TD(0) put a failed path's credit on its last segments and
      # the policy learned to postpone answering (README, Known limits); `--set
      # algo.focus_lam=0` restores it, and the paper-scale experiments/focus-*.yaml pin it.
-     "algo.gamma": 1.0, "algo.focus_lam": 1.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2},
+     "algo.gamma": 1.0, "algo.focus_lam": 1.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2,
+     # the budget is what FOCUS allocates: by default a GRPO step's worth (rollout.budget_match)
+     "rollout.budget_match": True},
     critic=True,
     extra_rollouts="none beyond the budget: continuations from tree nodes replace independent episodes",
 ))

@@ -279,3 +279,20 @@ def test_rollout_cli_writes_trees(tmp_path):
         assert t["nodes"][0]["parent"] == -1 and len(t["paths"]) == 2
         assert set(t["episodes"]) == set(t["paths"])
         assert all({"v", "n", "cbar", "g", "G_bar", "V_tilde"} <= set(nd) for nd in t["nodes"])
+
+
+def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
+    """`rollout.budget_match` (the focus recipe's default): with no explicit budget, a step may
+    generate what a linear step of the base policy does, tasks x group x the base evaluation's
+    tokens per question; an explicit `rollout.budget_tokens` wins; other recipes have no cap."""
+    from agentrl_cli.train.loop import step_budget
+
+    base = {"tokens_per_question": 38.5}
+    focus = config.load(method="focus", sets=["rollout.tasks_per_step=8", "rollout.group_size=8"])
+    assert focus.rollout.budget_match is True
+    assert step_budget(focus, base) == 2464
+    pinned = config.load(method="focus", sets=["rollout.budget_tokens=1000"])
+    assert step_budget(pinned, base) == 1000
+    off = config.load(method="focus", sets=["rollout.budget_match=false"])
+    assert step_budget(off, base) == 0
+    assert step_budget(config.load(method="grpo"), base) == 0

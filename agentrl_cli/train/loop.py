@@ -220,6 +220,16 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     return {k: v / count for k, v in sums.items()}
 
 
+def step_budget(cfg: RunConfig, base: dict) -> int:
+    """Generated-token cap per step: `rollout.budget_tokens`, else with `rollout.budget_match`
+    what a linear step of the base policy generates (tasks x group x the base evaluation's
+    tokens per question; fixed for the run, so a resumed run keeps it), else 0 (no cap)."""
+    r = cfg.rollout
+    if r.budget_tokens > 0 or not r.budget_match:
+        return r.budget_tokens
+    return max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"]))
+
+
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
           log: Callable[[str], None] = print, progress=None) -> dict:
     """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json)."""
@@ -272,6 +282,9 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
                            "eval/tool_calls": base["tool_calls"]})
         log(f"base held-out success {base['mean@1']:.3f}")
     last_eval = base
+    budget = step_budget(cfg, base)
+    if budget != cfg.rollout.budget_tokens:
+        log(f"budget: {budget} generated tokens per step (a linear step of the base policy)")
     rollouts.sync(model)                  # the engine / workers start from the trainer's weights
     if progress:
         progress.start(cfg.train.steps, start_step)
@@ -280,7 +293,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         # 1. rollout
         ctx = RolloutContext(engine, fmt, spec, params, cfg.rollout.group_size,
                              cfg.rollout.max_tokens, cfg.rollout.batch_size,
-                             -(-cfg.rollout.budget_tokens // comm.world),
+                             -(-budget // comm.world),
                              torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
                              algo=cfg.algo, value_head=learner.value_head)
         result = rollouts.run(ctx, comm.share(sampler.for_step(step)))
