@@ -254,6 +254,7 @@ def test_recipes_are_complete_and_truthful():
     p = config.load(method="ppo").algo
     assert (p.lam, p.gamma, p.whiten) == (1.0, 1.0, True)
     assert config.load(method="ppo").train.critic_warmup == 10
+    assert config.load(method="mpo").train.critic_warmup == 10
     assert config.load(method="dr_grpo").algo.std_normalize is False
     t = config.load(method="trace").algo
     assert (t.trace_eps, t.trace_k, t.gamma_td, t.lambda_term, t.alpha_out, t.alpha_turn) == \
