@@ -37,7 +37,6 @@ def test_unknown_critic_form_is_a_config_error():
         config.load(sets=["model.critic=separate"])
 
 
-
 def test_critic_warmup_trains_only_the_value_head(micro_policy):
     """`train.critic_warmup=N`: at steps <= N the backbone (the policy) keeps its weights and the
     value head moves; after it, both move."""
