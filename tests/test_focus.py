@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -296,3 +297,21 @@ def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
     off = config.load(method="focus", sets=["rollout.budget_match=false"])
     assert step_budget(off, base) == 0
     assert step_budget(config.load(method="grpo"), base) == 0
+
+
+def test_focus_depths_counts_launched_continuations_per_depth(tmp_path):
+    """benchmarks/focus_depths.py (the session-6 allocation measurement) on a hand-made tree."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "focus_depths", Path(__file__).resolve().parents[1] / "benchmarks" / "focus_depths.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    nodes = [{"depth": 0, "launched": 1, "v": 0.5, "cbar": 0.0, "reward": None},
+             {"depth": 1, "launched": 3, "v": 0.2, "cbar": 1.0, "reward": None},
+             {"depth": 2, "launched": 0, "v": None, "cbar": 1.0, "reward": 1.0}]
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"nodes": nodes}) + "\n" + json.dumps({"nodes": nodes[1:2]}) + "\n")
+    launched, gaps = mod.depths(f)
+    assert launched == {0: 1, 1: 6}
+    assert gaps == pytest.approx([0.5, 0.8, 0.8])
