@@ -163,6 +163,8 @@ class AlgoConfig:
     """FOCUS: continuation allocator: focus (largest gain) | uniform | random | raw-residual (|v - cbar|)."""
     focus_gain: str = "plugin"
     """FOCUS: gain of one more continuation: plugin (MSE drop at p = cbar) | bayes (posterior-variance drop)."""
+    focus_baseline: str = "refined"
+    """FOCUS: the values a path's advantages use: refined (V~, METHODS.md) | loo (V~ recomputed without the path's own leaf, so its outcome is not in its own baseline)."""
     focus_max_inflight: int = 2
     """FOCUS: most continuations launched from one node running at once."""
     focus_lam: float = 0.0
@@ -257,6 +259,7 @@ _CHOICES = {
     "model.attention": ("eager", "sdpa", "flex_attention", "flash_attention_2", "sink_sdpa", "sink_flex"),
     "env.relations": ("single", "full"),
     "env.repos": ("per-task", "shared"),
+    "algo.focus_baseline": ("refined", "loo"),
 }
 
 

@@ -315,3 +315,52 @@ def test_focus_depths_counts_launched_continuations_per_depth(tmp_path):
     launched, gaps = mod.depths(f)
     assert launched == {0: 1, 1: 6}
     assert gaps == pytest.approx([0.5, 0.8, 0.8])
+
+
+def test_leave_one_out_values_keep_a_path_out_of_its_own_baseline():
+    """`algo.focus_baseline=loo` on the hand tree of `test_refine_wiring_on_a_hand_tree`."""
+    t = Tree("task", 0)
+    t.add(-1, 0, 10, 0, v=0.4)
+    t.add(0, 1, 20, 0, v=0.6)
+    t.add(1, 2, 30, 0, reward=1.0, n=1, csum=1.0)
+    t.add(1, 2, 31, 1, reward=0.0, n=1, csum=0.0)
+    t.add(0, 1, 22, 2, v=0.2)
+    t.add(4, 2, 40, 2, reward=1.0, n=1, csum=1.0)
+    t.paths = {0: [0, 1, 2], 1: [0, 1, 3], 2: [0, 4, 5]}
+    gamma = 0.9
+    t.refine(kappa=1.0, gamma=gamma)
+    v4 = (0.2 + 1.0) / 2
+    # path 0 (leaf R=1) out: node 1 keeps path 1's leaf (0); node 4 is untouched
+    a1 = (0.6 + 0.0) / 2
+    a0 = (0.4 + gamma * a1 + gamma * v4) / 3
+    assert t.path_values_loo(0, 1.0, gamma) == pytest.approx([a0, a1])
+    # path 2 out: node 4 has no evidence left, so its critic value stands in for it
+    v1 = (0.6 + 1.0 + 0.0) / 3
+    c0 = (0.4 + gamma * v1 + gamma * 0.2) / 3
+    assert t.path_values_loo(2, 1.0, gamma) == pytest.approx([c0, 0.2])
+    # the outcome of a path never moves its own LOO values
+    before = t.path_values_loo(0, 1.0, gamma)
+    t.nodes[2].reward = 0.0
+    t.refine(kappa=1.0, gamma=gamma)
+    assert t.path_values_loo(0, 1.0, gamma) == pytest.approx(before)
+    assert t.path_values(0) != pytest.approx(before)
+
+
+def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
+    """The controller hands the estimator LOO values when asked, refined ones by default."""
+    model, tok, fmt, spec = micro_policy
+    head = random_value_head(model)
+    tasks = spec.tasks("train", 2)
+    got = {}
+    for kind in ("refined", "loo"):
+        algo = _algo(focus_roots=2, focus_baseline=kind)
+        res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, value_head=head), tasks)
+        for tree in res.extras["trees"]:
+            want = [tree.path_values(p) if kind == "refined"
+                    else tree.path_values_loo(p, algo.kappa, algo.gamma) for p in tree.paths]
+            mine = [v for e, v in zip(res.episodes, res.extras["focus_values"]) if e.group == tree.group]
+            assert sorted(mine) == sorted(want)
+        got[kind] = res.extras["focus_values"]
+    assert got["refined"] != got["loo"]
+    with pytest.raises(config.ConfigError, match="focus_baseline"):
+        _algo(focus_baseline="mean")

@@ -435,7 +435,10 @@ class FocusRunner:
         for tree in self.trees:
             tree.refine(algo.kappa, algo.gamma)
         eps = [p.live.ep for p in self.paths]
-        values = [p.tree.path_values(p.pid) for p in self.paths]
+        if algo.focus_baseline == "loo":
+            values = [p.tree.path_values_loo(p.pid, algo.kappa, algo.gamma) for p in self.paths]
+        else:
+            values = [p.tree.path_values(p.pid) for p in self.paths]
         targets: list[list[tuple[int, float]]] = [[] for _ in self.paths]
         for tree in self.trees:
             for nd in tree.nodes:

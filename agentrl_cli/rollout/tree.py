@@ -106,6 +106,35 @@ class Tree:
         """[V_tilde(s_0), ..., V_tilde(s_{K-1})] of a finished path (its non-leaf states)."""
         return [self.nodes[i].V_tilde for i in self.paths[path][:-1]]
 
+    def path_values_loo(self, path: int, kappa: float, gamma: float) -> list[float]:
+        """`path_values` with the path's own leaf left out (`algo.focus_baseline=loo`).
+
+        Bottom-up along the path, each node's `V~` is recomputed (Eq. 1) from its children
+        without the path's leaf: the on-path child contributes its own leave-one-out value, the
+        other children their usual targets, and a node left without evidence falls back to its
+        critic value. So `R` never enters the baseline it is compared with; e.g. on an
+        unbranched path `V~_-(s_k) = (kappa V(s_k) + V(s_{k+1})) / (kappa + 1)`. Call after
+        `refine`."""
+        ids = self.paths[path]
+        out: list[float] = []
+        below: float | None = None             # LOO value of the on-path child (None: own leaf)
+        for i in range(len(ids) - 2, -1, -1):
+            nd, on_path = self.nodes[ids[i]], ids[i + 1]
+            targets = []
+            for c in nd.children:
+                ch = self.nodes[c]
+                if c == on_path:
+                    if below is not None:
+                        targets.append(gamma * below)
+                elif ch.terminal:
+                    targets.append(float(ch.reward))
+                else:
+                    targets.append(gamma * ch.V_tilde)
+            v = 0.5 if nd.v is None else nd.v
+            below = v if not targets else (kappa * v + sum(targets)) / (kappa + len(targets))
+            out.append(below)
+        return out[::-1]
+
     def to_json(self) -> dict:
         return {"task_id": self.task_id, "group": self.group,
                 "nodes": [nd.to_json() for nd in self.nodes],
