@@ -214,7 +214,8 @@ def test_gains_hand_computed_and_allocator_choice():
     assert pick("focus")([zero], None) is None
 
 
-def test_refine_wiring_on_a_hand_tree():
+def _hand_tree() -> Tree:
+    """root(v .4) -> a(v .6) -> leaves R=1 (path 0) and R=0 (path 1); root -> b(v .2) -> R=1."""
     t = Tree("task", 0)
     t.add(-1, 0, 10, 0, v=0.4)
     t.add(0, 1, 20, 0, v=0.6)
@@ -223,6 +224,11 @@ def test_refine_wiring_on_a_hand_tree():
     t.add(0, 1, 22, 2, v=0.2)
     t.add(4, 2, 40, 2, reward=1.0, n=1, csum=1.0)
     t.paths = {0: [0, 1, 2], 1: [0, 1, 3], 2: [0, 4, 5]}
+    return t
+
+
+def test_refine_wiring_on_a_hand_tree():
+    t = _hand_tree()
     gamma = 0.9
     t.refine(kappa=1.0, gamma=gamma)
     v1 = (0.6 + 2 * 0.5) / 3
