@@ -324,15 +324,8 @@ def test_focus_depths_counts_launched_continuations_per_depth(tmp_path):
 
 
 def test_leave_one_out_values_keep_a_path_out_of_its_own_baseline():
-    """`algo.focus_baseline=loo` on the hand tree of `test_refine_wiring_on_a_hand_tree`."""
-    t = Tree("task", 0)
-    t.add(-1, 0, 10, 0, v=0.4)
-    t.add(0, 1, 20, 0, v=0.6)
-    t.add(1, 2, 30, 0, reward=1.0, n=1, csum=1.0)
-    t.add(1, 2, 31, 1, reward=0.0, n=1, csum=0.0)
-    t.add(0, 1, 22, 2, v=0.2)
-    t.add(4, 2, 40, 2, reward=1.0, n=1, csum=1.0)
-    t.paths = {0: [0, 1, 2], 1: [0, 1, 3], 2: [0, 4, 5]}
+    """`algo.focus_baseline=loo` on `_hand_tree`."""
+    t = _hand_tree()
     gamma = 0.9
     t.refine(kappa=1.0, gamma=gamma)
     v4 = (0.2 + 1.0) / 2
