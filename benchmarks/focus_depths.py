@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     for path in args.trees:
         launched, gaps = depths(path)
         total = sum(launched.values())
-        cells = ", ".join(f"{d}: {n} ({n / total:.0%})" for d, n in sorted(launched.items())) if total else "-"
+        cells = ", ".join(f"{d}: {n} ({n / total:.0%})"
+                          for d, n in sorted(launched.items())) if total else "-"
         mean_depth = sum(d * n for d, n in launched.items()) / total if total else float("nan")
         gap = sum(gaps) / len(gaps) if gaps else float("nan")
         print(f"{path.name}: {total} continuations by depth {{{cells}}}; mean depth "

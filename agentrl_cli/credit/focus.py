@@ -11,6 +11,12 @@ from collections import deque
 from typing import Sequence
 
 
+def calibrated(v: float, n: int, cbar: float, kappa: float = 1.0) -> float:
+    """`(kappa v + n cbar) / (kappa + n)`: the critic value v as a Beta prior of strength kappa,
+    mixed with the mean cbar of n outcomes (the refined value `V~` of Eq. 1 when n > 0)."""
+    return (kappa * v + n * cbar) / (kappa + n)
+
+
 def calibrated_mse(v: float, n: int, p: float, kappa: float = 1.0) -> float:
     """`MSE_n(p) = (kappa^2 (v - p)^2 + n p (1 - p)) / (kappa + n)^2`.
 
@@ -41,7 +47,7 @@ def focus_gain(v: float, n: int, cbar: float, kappa: float = 1.0, n_inflight: in
     if kind == "plugin":
         return calibrated_mse(v, n_eff, cbar, kappa) - calibrated_mse(v, n_eff + 1, cbar, kappa)
     if kind == "bayes":
-        m = (kappa * v + n * cbar) / (kappa + n)
+        m = calibrated(v, n, cbar, kappa)
         return m * (1.0 - m) / (kappa + n_eff + 1) ** 2
     raise ValueError(f"unknown gain kind '{kind}'; valid: bayes, plugin")
 
@@ -103,5 +109,5 @@ def refine_values(parent: Sequence[int], leaf_reward: Sequence[float | None],
                    for c in kids]
         g = sum(targets) / len(targets)
         g_bar[node] = g
-        v_tilde[node] = (kappa * critic[node] + len(kids) * g) / (kappa + len(kids))
+        v_tilde[node] = calibrated(critic[node], len(kids), g, kappa)
     return g_bar, v_tilde

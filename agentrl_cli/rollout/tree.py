@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..credit.focus import refine_values
+from ..credit.focus import calibrated, refine_values
 
 
 @dataclass
@@ -64,6 +64,11 @@ class Node:
                 "tool_calls": self.tool_calls, "children": list(self.children)}
 
 
+def _critic(nd: Node) -> float:
+    """A non-leaf node's critic value; 0.5 (the untrained value head's output) if never computed."""
+    return 0.5 if nd.v is None else nd.v
+
+
 @dataclass
 class Tree:
     """All paths of one task in one step."""
@@ -97,7 +102,7 @@ class Tree:
         0.5, the untrained value head's output."""
         parent = [nd.parent for nd in self.nodes]
         leaf = [nd.reward for nd in self.nodes]
-        critic = [0.0 if nd.terminal else (0.5 if nd.v is None else nd.v) for nd in self.nodes]
+        critic = [0.0 if nd.terminal else _critic(nd) for nd in self.nodes]
         g_bar, v_tilde = refine_values(parent, leaf, critic, kappa, gamma)
         for nd, gb, vt in zip(self.nodes, g_bar, v_tilde):
             nd.G_bar, nd.V_tilde = gb, vt
@@ -130,8 +135,8 @@ class Tree:
                     targets.append(float(ch.reward))
                 else:
                     targets.append(gamma * ch.V_tilde)
-            v = 0.5 if nd.v is None else nd.v
-            below = v if not targets else (kappa * v + sum(targets)) / (kappa + len(targets))
+            below = (calibrated(_critic(nd), len(targets), sum(targets) / len(targets), kappa)
+                     if targets else _critic(nd))
             out.append(below)
         return out[::-1]
 

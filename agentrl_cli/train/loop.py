@@ -161,7 +161,6 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
     # loss, the KL term and the backbone's share of the critic gradient are all dropped
     critic_only = learner.value_head is not None and step <= tr.critic_warmup
-    head_params = set(map(id, learner.value_head.parameters())) if critic_only else set()
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -204,9 +203,8 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 for key, v in st.items():
                     stats[key] = stats.get(key, 0.0) + float(v) * weight
             if critic_only:
-                for p in learner.params:
-                    if id(p) not in head_params:
-                        p.grad = None       # AdamW leaves a parameter without a gradient alone
+                for p in learner.model.parameters():
+                    p.grad = None           # AdamW leaves a parameter without a gradient alone
             learner.comm.reduce_grads(learner.params)
             stats = learner.comm.sum_dict(stats)
             if tr.grad_clip > 0:
