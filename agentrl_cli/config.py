@@ -32,7 +32,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (less memory, about 1/3 more compute)."""
     critic: str = "head"
-    """Critic form when the method needs one: `head` (value head on the policy backbone, trained with it) | `detached` (the same head, its loss kept out of the backbone)."""
+    """Critic form when the method needs one: `head` (value head on the policy backbone, trained with it) | `detached` (the same head, its loss kept out of the backbone) | `separate` (its own model, a copy of the initial policy, + value head, as verl's PPO critic: a second forward/backward and a second model's memory)."""
     device: str = "auto"
     """auto | cpu | cuda."""
     tiny_warmup_steps: int = 1200
@@ -254,7 +254,7 @@ _CHOICES = {
     "context.style": ("free", "structured"),
     "algo.agg": ("token-mean", "seq-mean"),
     "model.dtype": ("float32", "bfloat16", "float16"),
-    "model.critic": ("head", "detached"),
+    "model.critic": ("head", "detached", "separate"),
     "model.device": ("auto", "cpu", "cuda"),
     "model.attention": ("eager", "sdpa", "flex_attention", "flash_attention_2", "sink_sdpa", "sink_flex"),
     "env.relations": ("single", "full"),

@@ -18,6 +18,7 @@ import torch
 
 from agentrl_cli import config
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.models.critic import ValueHead
 from agentrl_cli.models.loading import load_policy
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.train.loop import make_spec
@@ -45,7 +46,7 @@ def main() -> None:
     model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
     spec = make_spec(cfg)
     torch.manual_seed(0)
-    head = torch.nn.Linear(model.config.hidden_size, 1)
+    head = ValueHead(model.config.hidden_size)
     torch.nn.init.normal_(head.weight, std=0.3)
     torch.nn.init.constant_(head.bias, 0.5)
     params = SamplingParams(max_new_tokens=args.max_new_tokens)

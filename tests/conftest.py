@@ -62,8 +62,10 @@ def random_value_head(model, seed: int = 0):
     values to 0 = cbar: no gain, no branching)."""
     import torch
 
+    from agentrl_cli.models.critic import ValueHead
+
     torch.manual_seed(seed)
-    head = torch.nn.Linear(model.config.hidden_size, 1)
+    head = ValueHead(model.config.hidden_size)
     torch.nn.init.normal_(head.weight, std=0.02)
     torch.nn.init.constant_(head.bias, 0.5)
     return head

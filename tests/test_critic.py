@@ -1,5 +1,8 @@
 """The critic forms: `model.critic=head` trains the value head and the shared backbone,
-`detached` keeps the critic's loss out of the backbone (the head still learns)."""
+`detached` keeps the critic's loss out of the backbone (the head still learns), `separate` is
+its own model (a copy of the initial policy) + head: it reads the same token ids everywhere the
+head reads the policy's hidden states (trainer, FOCUS trees in process and on the scheduler,
+checkpoints), and the two never share a gradient."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +12,8 @@ import torch
 
 from conftest import MICRO
 from agentrl_cli import config
-from agentrl_cli.train.loop import DetachedValueHead, build_learner
+from agentrl_cli.models.critic import DetachedValueHead
+from agentrl_cli.train.loop import build_learner
 
 
 @pytest.mark.parametrize("form", ["head", "detached"])
@@ -34,7 +38,7 @@ def test_critic_loss_reaches_the_backbone_only_when_shared(micro_policy, form):
 
 def test_unknown_critic_form_is_a_config_error():
     with pytest.raises(config.ConfigError, match="model.critic"):
-        config.load(sets=["model.critic=separate"])
+        config.load(sets=["model.critic=shared-lora"])
 
 
 def test_critic_warmup_trains_only_the_value_head(micro_policy):
@@ -72,3 +76,158 @@ def test_critic_warmup_trains_only_the_value_head(micro_policy):
     step(2)                                             # after it: both
     assert moved(learner.model, body) > 1e-4
     assert moved(learner.value_head, head) > 1e-4
+
+
+def _separate_like(head, model):
+    """A separate critic on a copy of `model` whose head equals `head`: the values of `head` on
+    `model`'s hidden states, computed by the separate code paths."""
+    from agentrl_cli.models.critic import build_critic
+
+    critic = build_critic("separate", model)
+    critic.head.load_state_dict(head.state_dict())
+    return critic
+
+
+def test_separate_critic_is_its_own_model(micro_policy):
+    from test_distributed import _global_episodes
+    from agentrl_cli.models.critic import SeparateCritic
+    from agentrl_cli.train.batch import collate, forward
+
+    model, tok, fmt, spec = micro_policy
+    policy = copy.deepcopy(model)
+    cfg = config.load(sets=MICRO + ["model.critic=separate"], method="ppo")
+    learner = build_learner(cfg, policy, log=lambda s: None)
+    critic = learner.value_head
+    assert isinstance(critic, SeparateCritic) and critic.model is not policy
+    ids = {id(p) for p in policy.parameters()}
+    assert not any(id(p) in ids for p in critic.parameters())
+    assert sum(1 for p in learner.params if id(p) not in ids) == len(list(critic.parameters()))
+    batch = collate(_global_episodes(micro_policy), fmt.pad_id)
+    with torch.no_grad():
+        critic.head.weight.normal_(std=0.05)
+    # at step 0 the copy gives exactly the values of the same head on the policy's features
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    head.load_state_dict(critic.head.state_dict())
+    lp, v = forward(policy, critic, batch, 1.0)
+    lp_h, v_h = forward(policy, head, batch, 1.0)
+    torch.testing.assert_close(v, v_h, rtol=0, atol=1e-5)
+    torch.testing.assert_close(lp, lp_h)
+    # the critic's loss reaches its own model and not the policy
+    m = batch.attention_mask.float()
+    ((v - 1.0) ** 2 * m).sum().backward()
+    assert all(p.grad is None for p in policy.parameters())
+    assert all(p.grad is not None for p in critic.model.model.parameters())
+    assert critic.head.weight.grad.abs().sum() > 0
+    # ... and the policy's loss never reaches the critic
+    learner.optimizer.zero_grad(set_to_none=True)
+    lp, v = forward(policy, critic, batch, 1.0)
+    (lp * batch.response_mask).sum().backward()
+    assert all(p.grad is None for p in critic.parameters())
+
+
+def test_separate_critic_warmup_moves_the_critic_model_only(micro_policy):
+    from test_distributed import _global_episodes
+    from agentrl_cli.credit.estimators import ESTIMATORS
+    from agentrl_cli.train import loop
+    from agentrl_cli.train.batch import collate
+
+    model, tok, fmt, spec = micro_policy
+    cfg = config.load(sets=MICRO + ["model.critic=separate", "train.critic_warmup=2",
+                                    "algo.whiten=false"], method="ppo")
+    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+    eps = _global_episodes(micro_policy)
+
+    def step(n):
+        batch = collate(copy.deepcopy(eps), fmt.pad_id)
+        loop.score(learner, batch, cfg)
+        c = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
+        batch.advantages, batch.returns, batch.value_mask = c.advantages, c.returns, c.value_mask
+        return loop.update(learner, batch, cfg, step=n)
+
+    def snap(module):
+        return [p.detach().clone() for p in module.parameters()]
+
+    def moved(module, before):
+        return max(float((a.detach() - b).abs().max()) for a, b in zip(module.parameters(), before))
+
+    pol, crit = snap(learner.model), snap(learner.value_head.model)
+    step(1)            # the head starts at weight 0: no gradient reaches the critic model yet
+    step(2)
+    assert moved(learner.model, pol) == 0.0
+    assert moved(learner.value_head.model, crit) > 1e-5
+    crit = snap(learner.value_head.model)
+    step(3)
+    assert moved(learner.model, pol) > 1e-5 and moved(learner.value_head.model, crit) > 1e-5
+
+
+def _trees_equal(ref, res):
+    for a, b in zip(ref.episodes, res.episodes):
+        assert a.token_ids == b.token_ids
+    for ta, tb in zip(ref.extras["trees"], res.extras["trees"]):
+        assert [(n.parent, n.position, n.launched) for n in ta.nodes] == \
+               [(n.parent, n.position, n.launched) for n in tb.nodes]
+        for na, nb in zip(ta.nodes, tb.nodes):
+            assert (na.v is None) == (nb.v is None)
+            if na.v is not None:
+                assert abs(na.v - nb.v) < 1e-4
+
+
+def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
+    """In process and on the path scheduler, a separate critic that copies the policy (same head)
+    gives the trees of the value head: it is read at each node's last context token. A changed
+    critic model changes the values (the policy's hidden states are not used)."""
+    from conftest import random_value_head
+    from agentrl_cli.engines.hf import HFEngine, SamplingParams
+    from agentrl_cli.rollout import workers as W
+    from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
+
+    model, tok, fmt, spec = micro_policy
+    params = SamplingParams(max_new_tokens=8)
+    algo = config.load(sets=MICRO + ["algo.focus_roots=1"], method="focus").algo
+    tasks = spec.tasks("train", 3)
+
+    def ctx(head):
+        return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, params, 3, 512, 3, 0,
+                              torch.Generator().manual_seed(0), algo=algo, value_head=head)
+
+    head = random_value_head(model)
+    ref = CONTROLLERS.get("focus")(ctx(head), tasks)
+    assert ref.extras["metrics"]["focus/continuations"] > 0, "the case must branch"
+    critic = _separate_like(head, model)
+    _trees_equal(ref, CONTROLLERS.get("focus")(ctx(critic), tasks))
+    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, params, 512, share=3)
+    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, critic), ticks=2)
+    _trees_equal(ref, W.PATH_CONTROLLERS.get("focus")(ctx(critic), tasks, runner))
+    with torch.no_grad():
+        for p in critic.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    changed = CONTROLLERS.get("focus")(ctx(critic), tasks)
+    v0 = [n.v for n in ref.extras["trees"][0].nodes[:1]]
+    v1 = [n.v for n in changed.extras["trees"][0].nodes[:1]]
+    assert abs(v0[0] - v1[0]) > 1e-4
+
+
+def test_separate_critic_checkpoint_round_trip(micro_policy, tmp_path):
+    from agentrl_cli.models.critic import SeparateCritic, ValueHead, critic_from_state
+    from agentrl_cli.train.batch import collate, forward
+    from test_distributed import _global_episodes
+
+    model, tok, fmt, spec = micro_policy
+    critic = _separate_like(random_value_head_like(model), model)
+    with torch.no_grad():
+        for p in critic.model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    back = critic_from_state(critic.state_dict(), model)
+    assert isinstance(back, SeparateCritic) and not back.training
+    batch = collate(_global_episodes(micro_policy), fmt.pad_id)
+    with torch.no_grad():
+        torch.testing.assert_close(forward(model, back, batch, 1.0)[1],
+                                   forward(model, critic, batch, 1.0)[1])
+    head = ValueHead(model.config.hidden_size)
+    assert isinstance(critic_from_state(head.state_dict(), model), ValueHead)
+
+
+def random_value_head_like(model):
+    from conftest import random_value_head
+
+    return random_value_head(model, seed=3)

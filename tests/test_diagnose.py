@@ -345,3 +345,22 @@ def test_continuations_resume_from_the_visible_context_under_compaction(micro_po
     for st, (c,) in zip(states, conts):
         assert c.token_ids[:len(st.prefix)] == st.prefix and c.context == ep.context
         assert c.window_prefix == ep.window_prefix and c.generated_tokens > 0
+
+
+def test_separate_critic_run_trains_and_diagnoses(tmp_path):
+    """`agentrl train --method ppo --set model.critic=separate` end to end, then the critic
+    diagnostics read its checkpoint's separate critic."""
+    out = tmp_path / "ppo-sep"
+    r = runner.invoke(app, ["train", "--method", "ppo", "--out", str(out), "--steps", "2",
+                            *[a for s in MICRO + ["train.save_every=2", "train.eval_every=0",
+                                                  "model.critic=separate", "env.n_eval=6"]
+                              for a in ("--set", s)]])
+    assert r.exit_code == 0, r.output
+    assert "critic: a separate model" in r.output
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(x["loss/critic"]) for x in rows if x["step"] > 0)
+    js = tmp_path / "var.json"
+    r = runner.invoke(app, ["diagnose", "variance", "--checkpoint", str(out), "--episodes", "3",
+                            "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(js.read_text())["episodes"] == 3

@@ -21,9 +21,10 @@ def _rows(out):
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
 
 
-@pytest.mark.parametrize("method", ["grpo"])
-def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method):
-    cfg = config.load(method=method, sets=SETS)
+@pytest.mark.parametrize("method,extra", [("grpo", []), ("mpo", ["model.critic=separate"])])
+def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extra):
+    """(mpo with a separate critic: the critic's own model and its optimiser state resume too.)"""
+    cfg = config.load(method=method, sets=SETS + extra)
     full = tmp_path / "full"
     loop.train(cfg, full, log=lambda s: None)
 
@@ -49,6 +50,11 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method):
     a = load_file(str(checkpoint.step_dir(full, 3) / "model.safetensors"))
     b = load_file(str(checkpoint.step_dir(part, 3) / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ca = checkpoint.load_state(checkpoint.step_dir(full, 3))["value_head"]
+    cb = checkpoint.load_state(checkpoint.step_dir(part, 3))["value_head"]
+    if extra:
+        assert any(k.startswith("model.") for k in ca)
+        assert ca.keys() == cb.keys() and all(torch.equal(ca[k], cb[k]) for k in ca)
     sa = json.loads((full / "summary.json").read_text())
     sb = json.loads((part / "summary.json").read_text())
     for key in ("base_success", "final_success", "tokens_generated", "steps"):

@@ -40,16 +40,14 @@ class Policy:
     name: str                      # what was loaded (checkpoint folder or model name)
 
 
-def load_value_head(ckpt: Path, hidden_size: int) -> torch.nn.Module | None:
-    """The critic head stored with a checkpoint, or None (critic-free method)."""
+def load_value_head(ckpt: Path, model: torch.nn.Module) -> torch.nn.Module | None:
+    """The critic stored with a checkpoint (a value head or a separate critic model, on
+    `model`'s device), or None (critic-free method)."""
+    from ..models.critic import critic_from_state
     from ..train import checkpoint
 
     state = checkpoint.load_state(ckpt).get("value_head")
-    if state is None:
-        return None
-    head = torch.nn.Linear(hidden_size, 1)
-    head.load_state_dict(state)
-    return head.eval()
+    return None if state is None else critic_from_state(state, model)
 
 
 def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Policy:
@@ -67,9 +65,7 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
         head_dir = checkpoint.find(ckpt)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
     model, _, fmt, path = load_policy(cfg, log=lambda s: None)
-    head = load_value_head(head_dir, model.config.hidden_size) if head_dir else None
-    if head is not None:
-        head.to(next(model.parameters()).device)
+    head = load_value_head(head_dir, model) if head_dir else None
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     return Policy(cfg, model, fmt, make_spec(cfg), engine, params, head, str(head_dir or path))

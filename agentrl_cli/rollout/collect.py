@@ -11,6 +11,7 @@ from ..types import Episode
 def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
             group_size: int = 1) -> list[Episode]:
     from ..engines.hf import ENGINES, SamplingParams
+    from ..models.critic import critic_from_state
     from ..models.loading import load_policy
     from ..train.loop import make_spec
     from .runner import run_episodes, run_expert
@@ -75,8 +76,7 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
     if state_file.is_file():
         head_state = checkpoint.load_state(state_file.parent).get("value_head")
         if head_state is not None:
-            value_head = torch.nn.Linear(model.config.hidden_size, 1)
-            value_head.load_state_dict(head_state)
+            value_head = critic_from_state(head_state, model)
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     ctx = RolloutContext(engine, fmt, spec, params, group_size, cfg.rollout.max_tokens,

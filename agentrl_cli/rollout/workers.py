@@ -416,14 +416,16 @@ class RolloutWorker:
 
 
 class CriticValues:
-    """V(s) of FOCUS nodes from the trainer's model and value head: one forward over a finished
-    episode gives the hidden state after each node's context (its last token)."""
+    """V(s) of FOCUS nodes from the trainer's model and value head (or separate critic): one
+    forward over a finished episode gives the hidden state after each node's context (its last
+    token)."""
 
     def __init__(self, model, value_head):
         self.model, self.value_head = model, value_head
 
     @torch.no_grad()
     def __call__(self, episodes: list[Episode], positions: list[list[int]]) -> list[list[float]]:
+        from ..models.critic import critic_hidden, is_separate
         from ..models.sequences import hidden_states, pad_episodes
 
         if self.value_head is None:
@@ -434,10 +436,14 @@ class CriticValues:
             return out
         device = next(self.model.parameters()).device
         ids, _, attn = pad_episodes([episodes[i] for i in todo], 0)
-        was_training = self.model.training
-        self.model.eval()
-        h = hidden_states(self.model, ids.to(device), attn.to(device))
-        self.model.train(was_training)
+        ids, attn = ids.to(device), attn.to(device)
+        if is_separate(self.value_head):   # the critic's own model reads the same ids
+            h = critic_hidden(self.value_head, None, ids, attn)
+        else:
+            was_training = self.model.training
+            self.model.eval()
+            h = hidden_states(self.model, ids, attn)
+            self.model.train(was_training)
         for j, i in enumerate(todo):
             rows = torch.tensor([p - 1 for p in positions[i]], dtype=torch.long, device=h.device)
             v = self.value_head(h[j, rows].float()).squeeze(-1).float()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from ..context.windows import window_index
+from ..models.critic import critic_hidden
 from ..models.sequences import hidden_states, logprobs_from_hidden, pad_episodes, pad_field
 from ..types import Episode
 
@@ -119,6 +120,7 @@ def forward(model, value_head, mb: Batch, temperature: float, chunk: int = 512):
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None
     if value_head is not None:
-        v = value_head(h[:, :-1].float()).squeeze(-1)
+        hv = critic_hidden(value_head, h, ids, mb.attention_mask.to(dev), window)
+        v = value_head(hv[:, :-1].float()).squeeze(-1)
         values = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
     return lp, values

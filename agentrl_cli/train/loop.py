@@ -25,6 +25,7 @@ from ..engines.hf import SamplingParams
 from ..envs import ENVS
 from ..evaluation.runner import evaluate
 from ..methods import METHODS
+from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
 from ..models.loading import load_policy
 from ..models.tiny import VALUE_HEAD
 from ..reporting.metrics import MetricsLog, plot_learning_curve
@@ -78,15 +79,6 @@ class TaskSampler:
 WARM_CRITIC_ESTIMATORS = ("focus",)
 
 
-class DetachedValueHead(torch.nn.Linear):
-    """`model.critic=detached`: a linear value head on the policy's hidden states whose
-    regression loss does not reach the backbone (a probe of the policy's features; the critic
-    cannot pull the shared features away from what the policy needs)."""
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return super().forward(h.detach())
-
-
 @dataclass
 class Learner:
     model: torch.nn.Module
@@ -103,18 +95,16 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
     value_head = None
     if recipe.critic:
         torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
-        head_cls = DetachedValueHead if cfg.model.critic == "detached" else torch.nn.Linear
-        value_head = head_cls(model.config.hidden_size, 1)
-        torch.nn.init.zeros_(value_head.weight)
-        torch.nn.init.constant_(value_head.bias, 0.5)
+        value_head = build_critic(cfg.model.critic, model)
         warm = Path(model_path) / VALUE_HEAD if model_path else None
         # the tiny build's fitted critic, for the estimators it was fitted for
         if warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS:
             from safetensors.torch import load_file
 
-            value_head.load_state_dict(load_file(str(warm)))
+            load_head_state(value_head, load_file(str(warm)))
             log(f"critic: value head starts from {warm}")
-        value_head.to(next(model.parameters()).device)  # float32 next to the backbone
+        if is_separate(value_head):
+            log("critic: a separate model (a copy of the initial policy) + value head")
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
         reference = copy.deepcopy(model).eval()
@@ -136,6 +126,7 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
     vals = torch.zeros(B, L) if learner.value_head is not None else None
     ref = torch.zeros(B, L) if learner.reference is not None else None
     learner.model.eval()
+    critic_mode(learner.value_head, False)
     for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch):
         mb = trim(batch.select(rows))
         w = mb.input_ids.shape[1]
@@ -156,6 +147,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     algo, tr = cfg.algo, cfg.train
     policy_loss = POLICY_LOSSES.get(algo.loss)
     learner.model.train()
+    critic_mode(learner.value_head, True)
     rng = random.Random(step_seed(cfg.seed, step, salt=2))
     device = next(learner.model.parameters()).device  # the batch is built on CPU
     # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
@@ -215,6 +207,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 sums[key] = sums.get(key, 0.0) + v
             count += 1
     learner.model.eval()
+    critic_mode(learner.value_head, False)
     return {k: v / count for k, v in sums.items()}
 
 
