@@ -59,3 +59,27 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extr
     sb = json.loads((part / "summary.json").read_text())
     for key in ("base_success", "final_success", "tokens_generated", "steps"):
         assert sa[key] == sb[key]
+
+
+def test_resume_after_the_last_checkpoint_keeps_the_final_check(tmp_path, monkeypatch):
+    """A run stopped after its last checkpoint but before its summary (what `ablate` resumes):
+    the summary's final success is the last held-out check, not the base model's."""
+    real, calls = loop.evaluate, []
+
+    def numbered(*a, **k):          # the micro model never succeeds: number the checks instead
+        out = dict(real(*a, **k))
+        calls.append(1)
+        out["mean@1"] = 0.1 * len(calls)
+        return out
+
+    monkeypatch.setattr(loop, "evaluate", numbered)
+    cfg = config.load(method="grpo", sets=SETS + ["train.steps=2"])
+    out = tmp_path / "run"
+    loop.train(cfg, out, log=lambda s: None)
+    first = json.loads((out / "summary.json").read_text())
+    assert (first["base_success"], first["final_success"]) == (0.1, 0.2)
+    (out / "summary.json").unlink()
+    loop.train(cfg, out, resume=str(out), log=lambda s: None)
+    assert len(calls) == 2                       # nothing left to run or check
+    again = json.loads((out / "summary.json").read_text())
+    assert (again["base_success"], again["final_success"]) == (0.1, 0.2)

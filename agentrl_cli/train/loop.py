@@ -261,6 +261,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             learner.value_head.load_state_dict(state["value_head"])
         learner.optimizer.load_state_dict(state["optimizer"])
         start_step, base, tokens_total = state["step"], state["base_eval"], state["tokens_total"]
+        last_eval = state.get("last_eval", base)  # the held-out check in force at the checkpoint
         if comm.is_main:
             metrics.truncate_after(start_step)
         log(f"resumed from {ckpt} at step {start_step}")
@@ -272,7 +273,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
                            "eval/tokens_per_question": base["tokens_per_question"],
                            "eval/tool_calls": base["tool_calls"]})
         log(f"base held-out success {base['mean@1']:.3f}")
-    last_eval = base
+        last_eval = base
     budget = step_budget(cfg, base)
     if budget != cfg.rollout.budget_tokens:
         log(f"budget: {budget} generated tokens per step (a linear step of the base policy)")
@@ -337,7 +338,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             checkpoint.save(out, step, model, tok, {
                 "step": step, "optimizer": learner.optimizer.state_dict(),
                 "value_head": learner.value_head.state_dict() if learner.value_head else None,
-                "base_eval": base, "tokens_total": tokens_total, "method": cfg.method,
+                "base_eval": base, "last_eval": last_eval, "tokens_total": tokens_total,
+                "method": cfg.method,
             })
     if progress:
         progress.stop()
