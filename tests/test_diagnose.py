@@ -361,6 +361,6 @@ def test_separate_critic_run_trains_and_diagnoses(tmp_path):
     assert all(math.isfinite(x["loss/critic"]) for x in rows if x["step"] > 0)
     js = tmp_path / "var.json"
     r = runner.invoke(app, ["diagnose", "variance", "--checkpoint", str(out), "--episodes", "3",
-                            "--json", str(js)])
+                            "--json", str(js), "--png", str(tmp_path / "v.png")])
     assert r.exit_code == 0, r.output
     assert json.loads(js.read_text())["episodes"] == 3
