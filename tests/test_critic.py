@@ -41,9 +41,8 @@ def test_unknown_critic_form_is_a_config_error():
         config.load(sets=["model.critic=shared-lora"])
 
 
-def test_critic_warmup_trains_only_the_value_head(micro_policy):
-    """`train.critic_warmup=N`: at steps <= N the backbone (the policy) keeps its weights and the
-    value head moves; after it, both move."""
+def _ppo_steps(micro_policy, sets):
+    """A ppo learner on the micro model and `step(n)`: one update on the same fixed episodes."""
     from test_distributed import _global_episodes
     from agentrl_cli.credit.estimators import ESTIMATORS
     from agentrl_cli.train import loop
@@ -51,7 +50,7 @@ def test_critic_warmup_trains_only_the_value_head(micro_policy):
 
     model, tok, fmt, spec = micro_policy
     eps = _global_episodes(micro_policy)
-    cfg = config.load(sets=MICRO + ["train.critic_warmup=1", "algo.whiten=false"], method="ppo")
+    cfg = config.load(sets=MICRO + sets + ["algo.whiten=false"], method="ppo")
     learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
 
     def step(n):
@@ -61,21 +60,30 @@ def test_critic_warmup_trains_only_the_value_head(micro_policy):
         batch.advantages, batch.returns, batch.value_mask = c.advantages, c.returns, c.value_mask
         return loop.update(learner, batch, cfg, step=n)
 
-    def moved(module, before):
-        return max(float((a.detach() - b).abs().max()) for a, b in zip(module.parameters(), before))
+    return learner, step
 
-    def snap(module):
-        return [p.detach().clone() for p in module.parameters()]
 
-    body, head = snap(learner.model), snap(learner.value_head)
+def _snap(module):
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def _moved(module, before):
+    return max(float((a.detach() - b).abs().max()) for a, b in zip(module.parameters(), before))
+
+
+def test_critic_warmup_trains_only_the_value_head(micro_policy):
+    """`train.critic_warmup=N`: at steps <= N the backbone (the policy) keeps its weights and the
+    value head moves; after it, both move."""
+    learner, step = _ppo_steps(micro_policy, ["train.critic_warmup=1"])
+    body, head = _snap(learner.model), _snap(learner.value_head)
     stats = step(1)                                     # warm-up: the head alone
-    assert moved(learner.model, body) == 0.0
-    assert moved(learner.value_head, head) > 1e-4
+    assert _moved(learner.model, body) == 0.0
+    assert _moved(learner.value_head, head) > 1e-4
     assert stats["loss/critic"] > 0
-    head = snap(learner.value_head)
+    head = _snap(learner.value_head)
     step(2)                                             # after it: both
-    assert moved(learner.model, body) > 1e-4
-    assert moved(learner.value_head, head) > 1e-4
+    assert _moved(learner.model, body) > 1e-4
+    assert _moved(learner.value_head, head) > 1e-4
 
 
 def _separate_like(head, model):
@@ -126,38 +134,15 @@ def test_separate_critic_is_its_own_model(micro_policy):
 
 
 def test_separate_critic_warmup_moves_the_critic_model_only(micro_policy):
-    from test_distributed import _global_episodes
-    from agentrl_cli.credit.estimators import ESTIMATORS
-    from agentrl_cli.train import loop
-    from agentrl_cli.train.batch import collate
-
-    model, tok, fmt, spec = micro_policy
-    cfg = config.load(sets=MICRO + ["model.critic=separate", "train.critic_warmup=2",
-                                    "algo.whiten=false"], method="ppo")
-    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
-    eps = _global_episodes(micro_policy)
-
-    def step(n):
-        batch = collate(copy.deepcopy(eps), fmt.pad_id)
-        loop.score(learner, batch, cfg)
-        c = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
-        batch.advantages, batch.returns, batch.value_mask = c.advantages, c.returns, c.value_mask
-        return loop.update(learner, batch, cfg, step=n)
-
-    def snap(module):
-        return [p.detach().clone() for p in module.parameters()]
-
-    def moved(module, before):
-        return max(float((a.detach() - b).abs().max()) for a, b in zip(module.parameters(), before))
-
-    pol, crit = snap(learner.model), snap(learner.value_head.model)
+    learner, step = _ppo_steps(micro_policy, ["model.critic=separate", "train.critic_warmup=2"])
+    pol, crit = _snap(learner.model), _snap(learner.value_head.model)
     step(1)            # the head starts at weight 0: no gradient reaches the critic model yet
     step(2)
-    assert moved(learner.model, pol) == 0.0
-    assert moved(learner.value_head.model, crit) > 1e-5
-    crit = snap(learner.value_head.model)
+    assert _moved(learner.model, pol) == 0.0
+    assert _moved(learner.value_head.model, crit) > 1e-5
+    crit = _snap(learner.value_head.model)
     step(3)
-    assert moved(learner.model, pol) > 1e-5 and moved(learner.value_head.model, crit) > 1e-5
+    assert _moved(learner.model, pol) > 1e-5 and _moved(learner.value_head.model, crit) > 1e-5
 
 
 def _trees_equal(ref, res):
