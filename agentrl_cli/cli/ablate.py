@@ -37,8 +37,7 @@ def ablate_cmd(
     set_: SetOpt = None,
     seed: SeedOpt = None,
 ):
-    """Sweep config keys, methods and seeds; one `agentrl train` run per cell and seed, finished
-    runs are skipped on rerun. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""
+    """Sweep config keys, methods and seeds: one `agentrl train` run per cell and seed; a rerun skips finished runs. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""  # noqa: E501
     from ..ablate import PRESETS, Axis, Sweep, collect, plan, record, resolve_budget, run_sweep, \
         write_results, summary_table
     from ..config import ConfigError
