@@ -22,9 +22,10 @@ from agentrl_cli.train.loop import build_learner, score, update
 
 from conftest import MICRO
 
-# PPO with a critic, two epochs, one episode per micro-batch (gradient accumulation), clipping
+# PPO with a critic (a separate model: its parameters are all-reduced with the policy's), two
+# epochs, one episode per micro-batch (gradient accumulation), clipping
 SETS = MICRO + ["algo.whiten=false", "train.ppo_epochs=2", "train.max_tokens_per_microbatch=64",
-                "train.grad_clip=0.5", "rollout.tasks_per_step=2"]
+                "train.grad_clip=0.5", "rollout.tasks_per_step=2", "model.critic=separate"]
 
 
 def _cfg():
