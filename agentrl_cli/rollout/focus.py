@@ -47,8 +47,9 @@ the source episode's first `position` tokens with `response_mask` 0 (and turn/se
 them; its own turns keep their true turn numbers k, k+1, .... `generated_tokens` counts only
 its own tokens; `num_tool_calls` counts the whole root-to-leaf episode.
 The critic value v of a node is the trainer's value head (`ctx.value_head`) on the last hidden
-state of the state's context (a separate critic: of its own forward over the visible context), clamped to [0, 1] for the gains (raw in `refine_values`);
-without a value head v = 0.5 (what the untrained head outputs).
+state of the state's context (a separate critic: on its own model's, one forward over the
+visible context), clamped to [0, 1] for the gains (raw in `refine_values`); without a value
+head v = 0.5 (what the untrained head outputs).
 
 Context operators (`context/`): segment-boundary states are the context resets, so nodes sit
 at window starts. A continuation stores the source's tokens up to the node (all windows) but
