@@ -82,13 +82,16 @@ CUDA_E2E = MICRO + ["model.device=cuda", "rollout.max_new_tokens=6", "train.step
 @pytest.mark.gpu
 @cuda_only
 @pytest.mark.parametrize("method", ["grpo", "dr_grpo", "rloo", "dapo", "gspo", "ppo", "vineppo",
-                                    "mpo", "trace", "focus"])
+                                    "mpo", "trace", "focus", "focus:model.critic=separate",
+                                    "ppo:model.critic=detached"])
 def test_every_method_trains_on_cuda(method, tmp_path):
     """Two steps on the GPU: finite losses, and the engine's log-probs (sampled on the GPU) agree
-    with the trainer's (scored on the GPU from the CPU-built batch)."""
+    with the trainer's (scored on the GPU from the CPU-built batch). `method:KEY=VALUE` adds an
+    override (mpo's recipe already has a separate critic; focus reads it inside its trees)."""
     from agentrl_cli.train.loop import train
 
-    cfg = config.load(method=method, sets=CUDA_E2E)
+    method, *extra = method.split(":")
+    cfg = config.load(method=method, sets=CUDA_E2E + extra)
     summary = train(cfg, tmp_path, log=lambda s: None)
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] > 0]
