@@ -364,3 +364,32 @@ def test_separate_critic_run_trains_and_diagnoses(tmp_path):
                             "--json", str(js), "--png", str(tmp_path / "v.png")])
     assert r.exit_code == 0, r.output
     assert json.loads(js.read_text())["episodes"] == 3
+
+
+def test_rollout_trees_from_a_checkpoint_read_its_separate_critic(micro_run, tmp_path):
+    """`agentrl rollout --method focus --checkpoint RUN` on a run whose critic is a separate
+    model (mpo's recipe): each tree's root value is that critic's value of the prompt."""
+    from agentrl_cli.diagnostics.mc import load_checkpoint_policy
+    from agentrl_cli.models.critic import SeparateCritic, critic_hidden
+    from agentrl_cli.models.sequences import hidden_states
+
+    out = tmp_path / "trees.jsonl"
+    args = ["rollout", "--method", "focus", "--checkpoint", str(micro_run), "--out", str(out),
+            "--n", "4", "-g", "2"]
+    for s in MICRO:
+        args += ["--set", s]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    pol = load_checkpoint_policy(config.load_saved(micro_run), micro_run)
+    assert isinstance(pol.value_head, SeparateCritic)
+    for line in out.read_text().splitlines():
+        tree = json.loads(line)
+        root = tree["nodes"][0]
+        ep = tree["episodes"][str(root["path"])]
+        ids = torch.tensor([ep["token_ids"][:root["position"]]])
+        attn = torch.ones_like(ids)
+        with torch.no_grad():
+            h = critic_hidden(pol.value_head, hidden_states(pol.model, ids, attn), ids, attn)
+            v = float(pol.value_head(h[0, -1].float()))
+        assert abs(v - 0.5) > 1e-4, "the trained critic must have moved off its initial 0.5"
+        assert root["v"] == pytest.approx(v, abs=1e-5)

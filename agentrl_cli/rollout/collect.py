@@ -11,7 +11,6 @@ from ..types import Episode
 def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
             group_size: int = 1) -> list[Episode]:
     from ..engines.hf import ENGINES, SamplingParams
-    from ..models.critic import critic_from_state
     from ..models.loading import load_policy
     from ..train.loop import make_spec
     from .runner import run_episodes, run_expert
@@ -58,11 +57,13 @@ def expert_format(cfg: RunConfig, spec):
 
 def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int = 1):
     """FOCUS tree rollouts on ceil(n / group_size) tasks (n paths, as many episodes as a linear
-    rollout) -> (episodes, trees). Node values come from the checkpoint's value head when
-    `cfg.model.name` is a checkpoint folder that has one, else v = 0.5 everywhere."""
+    rollout) -> (episodes, trees). Node values come from the checkpoint's critic (a value head
+    or a separate critic model) when `cfg.model.name` is a checkpoint folder that has one, else
+    v = 0.5 everywhere."""
     from pathlib import Path
 
     from ..engines.hf import ENGINES, SamplingParams
+    from ..models.critic import critic_from_state
     from ..models.loading import load_policy
     from ..train import checkpoint
     from ..train.loop import make_spec
