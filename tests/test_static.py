@@ -1,4 +1,4 @@
-"""Static check of the package, the tests and the benchmarks: no name is used that is never
+"""Static check of the package, the tests, the benchmarks and the experiment scripts: no name is used that is never
 defined (pyflakes), the kind of error that only fails when a rarely run branch executes (a
 critic import in the wrong function once broke `agentrl rollout --checkpoint` for FOCUS)."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ class _Collect(reporter.Reporter):
 
 def test_no_undefined_names():
     rep = _Collect()
-    files = [p for d in ("agentrl_cli", "tests", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    files = [p for d in ("agentrl_cli", "tests", "benchmarks", "experiments") for p in (ROOT / d).rglob("*.py")]
     assert len(files) > 50
     for path in files:
         api.checkPath(str(path), rep)
