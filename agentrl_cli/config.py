@@ -177,6 +177,8 @@ class TrainConfig:
     """Training steps (one rollout batch + update each)."""
     lr: float = 2e-4
     """Adam learning rate."""
+    critic_lr: float = 0.0
+    """Learning rate of the critic's own parameters (the value head, or the whole separate critic model) when the method has a critic; 0 = train.lr. verl and OpenRLHF give PPO critics their own, often larger, rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -247,7 +249,8 @@ _NON_NEGATIVE = {
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
-    "train.logprob_chunk", "rollout.workers", "rollout.worker_gpus",
+    "train.logprob_chunk", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
+    "train.critic_warmup",
 }
 _UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {

@@ -216,3 +216,22 @@ def random_value_head_like(model):
     from conftest import random_value_head
 
     return random_value_head(model, seed=3)
+
+
+@pytest.mark.parametrize("form", ["head", "separate"])
+def test_critic_lr_is_the_critics_own_rate(micro_policy, form):
+    """`train.critic_lr`: the critic's parameters (the head, or the whole separate model) take
+    their own rate. With the policy's rate at (almost) 0 only the critic moves."""
+    learner, step = _ppo_steps(micro_policy, [f"model.critic={form}", "train.lr=1e-12",
+                                              "train.critic_lr=1e-2"])
+    groups = learner.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-12, 1e-2]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in learner.value_head.parameters()}
+    pol, crit = _snap(learner.model), _snap(learner.value_head)
+    step(1)
+    step(2)
+    assert _moved(learner.model, pol) < 1e-8
+    assert _moved(learner.value_head, crit) > 1e-3
+    # without it: one group at train.lr (the checkpoints of earlier versions resume)
+    learner, _ = _ppo_steps(micro_policy, [f"model.critic={form}"])
+    assert len(learner.optimizer.param_groups) == 1

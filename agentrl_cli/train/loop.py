@@ -110,8 +110,13 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
         reference = copy.deepcopy(model).eval()
         for p in reference.parameters():
             p.requires_grad_(False)
-    params = list(model.parameters()) + (list(value_head.parameters()) if value_head else [])
-    opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+    critic_params = list(value_head.parameters()) if value_head else []
+    params = list(model.parameters()) + critic_params
+    # one parameter group unless the critic has its own rate (so older checkpoints still resume)
+    groups = ([{"params": list(model.parameters())},
+               {"params": critic_params, "lr": cfg.train.critic_lr}]
+              if critic_params and cfg.train.critic_lr > 0 else params)
+    opt = torch.optim.AdamW(groups, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                             betas=(0.9, 0.99))
     comm = comm or Local()
     comm.broadcast_params(params)
