@@ -57,7 +57,7 @@ def main() -> None:
     for step in range(args.steps + 1):  # step 0 warms up (allocations, first-call overheads)
         ctx = RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, params, args.group_size,
                              cfg.rollout.max_tokens, args.batch_size, 0,
-                             torch.Generator().manual_seed(step), algo=cfg.algo, value_head=head)
+                             torch.Generator().manual_seed(step), algo=cfg.algo, critic=head)
         tasks = pool[(step * args.tasks) % 64:(step * args.tasks) % 64 + args.tasks] if not args.same_tasks else pool[:args.tasks]
         t0 = time.perf_counter()
         res = controller(ctx, tasks)

@@ -21,19 +21,19 @@ def test_critic_loss_reaches_the_backbone_only_when_shared(micro_policy, form):
     model = copy.deepcopy(micro_policy[0])
     cfg = config.load(sets=MICRO + [f"model.critic={form}"], method="focus")
     learner = build_learner(cfg, model)
-    assert isinstance(learner.value_head, DetachedValueHead) == (form == "detached")
+    assert isinstance(learner.critic, DetachedValueHead) == (form == "detached")
     with torch.no_grad():          # the head starts at weight 0 (v = 0.5): give it a slope
-        learner.value_head.weight.fill_(0.1)
+        learner.critic.weight.fill_(0.1)
     ids = torch.tensor([[1, 5, 7, 9, 11, 13]])
     h = model.model(input_ids=ids).last_hidden_state
-    v = learner.value_head(h).squeeze(-1)
+    v = learner.critic(h).squeeze(-1)
     ((v - 1.0) ** 2).mean().backward()
-    assert learner.value_head.weight.grad is not None and learner.value_head.weight.grad.abs().sum() > 0
+    assert learner.critic.weight.grad is not None and learner.critic.weight.grad.abs().sum() > 0
     backbone = [p.grad for p in model.model.parameters()]
     reached = any(g is not None and g.abs().sum() > 0 for g in backbone)
     assert reached == (form == "head")
     # same parameters, same state-dict keys: checkpoints load into either form
-    assert set(learner.value_head.state_dict()) == {"weight", "bias"}
+    assert set(learner.critic.state_dict()) == {"weight", "bias"}
 
 
 def test_unknown_critic_form_is_a_config_error():
@@ -75,15 +75,15 @@ def test_critic_warmup_trains_only_the_value_head(micro_policy):
     """`train.critic_warmup=N`: at steps <= N the backbone (the policy) keeps its weights and the
     value head moves; after it, both move."""
     learner, step = _ppo_steps(micro_policy, ["train.critic_warmup=1"])
-    body, head = _snap(learner.model), _snap(learner.value_head)
+    body, head = _snap(learner.model), _snap(learner.critic)
     stats = step(1)                                     # warm-up: the head alone
     assert _moved(learner.model, body) == 0.0
-    assert _moved(learner.value_head, head) > 1e-4
+    assert _moved(learner.critic, head) > 1e-4
     assert stats["loss/critic"] > 0
-    head = _snap(learner.value_head)
+    head = _snap(learner.critic)
     step(2)                                             # after it: both
     assert _moved(learner.model, body) > 1e-4
-    assert _moved(learner.value_head, head) > 1e-4
+    assert _moved(learner.critic, head) > 1e-4
 
 
 def _separate_like(head, model):
@@ -105,7 +105,7 @@ def test_separate_critic_is_its_own_model(micro_policy):
     policy = copy.deepcopy(model)
     cfg = config.load(sets=MICRO + ["model.critic=separate"], method="ppo")
     learner = build_learner(cfg, policy, log=lambda s: None)
-    critic = learner.value_head
+    critic = learner.critic
     assert isinstance(critic, SeparateCritic) and critic.model is not policy
     ids = {id(p) for p in policy.parameters()}
     assert not any(id(p) in ids for p in critic.parameters())
@@ -135,14 +135,14 @@ def test_separate_critic_is_its_own_model(micro_policy):
 
 def test_separate_critic_warmup_moves_the_critic_model_only(micro_policy):
     learner, step = _ppo_steps(micro_policy, ["model.critic=separate", "train.critic_warmup=2"])
-    pol, crit = _snap(learner.model), _snap(learner.value_head.model)
+    pol, crit = _snap(learner.model), _snap(learner.critic.model)
     step(1)            # the head starts at weight 0: no gradient reaches the critic model yet
     step(2)
     assert _moved(learner.model, pol) == 0.0
-    assert _moved(learner.value_head.model, crit) > 1e-5
-    crit = _snap(learner.value_head.model)
+    assert _moved(learner.critic.model, crit) > 1e-5
+    crit = _snap(learner.critic.model)
     step(3)
-    assert _moved(learner.model, pol) > 1e-5 and _moved(learner.value_head.model, crit) > 1e-5
+    assert _moved(learner.model, pol) > 1e-5 and _moved(learner.critic.model, crit) > 1e-5
 
 
 def _trees_equal(ref, res):
@@ -173,7 +173,7 @@ def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
 
     def ctx(head):
         return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, params, 3, 512, 3, 0,
-                              torch.Generator().manual_seed(0), algo=algo, value_head=head)
+                              torch.Generator().manual_seed(0), algo=algo, critic=head)
 
     head = random_value_head(model)
     ref = CONTROLLERS.get("focus")(ctx(head), tasks)
@@ -226,12 +226,12 @@ def test_critic_lr_is_the_critics_own_rate(micro_policy, form):
                                               "train.critic_lr=1e-2"])
     groups = learner.optimizer.param_groups
     assert [g["lr"] for g in groups] == [1e-12, 1e-2]
-    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in learner.value_head.parameters()}
-    pol, crit = _snap(learner.model), _snap(learner.value_head)
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in learner.critic.parameters()}
+    pol, crit = _snap(learner.model), _snap(learner.critic)
     step(1)
     step(2)
     assert _moved(learner.model, pol) < 1e-8
-    assert _moved(learner.value_head, crit) > 1e-3
+    assert _moved(learner.critic, crit) > 1e-3
     # without it: one group at train.lr (the checkpoints of earlier versions resume)
     learner, _ = _ppo_steps(micro_policy, [f"model.critic={form}"])
     assert len(learner.optimizer.param_groups) == 1

@@ -258,7 +258,7 @@ def test_critic_rank_on_a_run(micro_run, tmp_path):
     from agentrl_cli.train.batch import collate, forward
     batch = collate(eps, pol.fmt.pad_id)
     with torch.no_grad():
-        _, values = forward(pol.model, pol.value_head, batch, cfg.rollout.temperature)
+        _, values = forward(pol.model, pol.critic, batch, cfg.rollout.temperature)
     want = [float(values[b, s]) for b, e in enumerate(eps) for s in e.segment_starts]
     assert row["critic"] == pytest.approx(want, abs=1e-5)
     assert critic_at_states(pol, eps) == [pytest.approx([float(values[b, s]) for s in e.segment_starts], abs=1e-5)
@@ -315,7 +315,7 @@ def test_env_world_audit_states_truth_and_pool(micro_run):
     assert w.truth == [sum(d.reward for d in p) / 2 for p in w.pool]
     batch = collate(eps, pol.fmt.pad_id)
     with torch.no_grad():
-        _, values = forward(pol.model, pol.value_head, batch, cfg.rollout.temperature)
+        _, values = forward(pol.model, pol.critic, batch, cfg.rollout.temperature)
     for g in range(2):
         mine = [b for b, e in enumerate(eps) if e.group == g]
         assert w.root_state(g).critic == pytest.approx(float(values[mine[0], eps[mine[0]].segment_starts[0]]), abs=1e-5)
@@ -381,7 +381,7 @@ def test_rollout_trees_from_a_checkpoint_read_its_separate_critic(micro_run, tmp
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     pol = load_checkpoint_policy(config.load_saved(micro_run), micro_run)
-    assert isinstance(pol.value_head, SeparateCritic)
+    assert isinstance(pol.critic, SeparateCritic)
     for line in out.read_text().splitlines():
         tree = json.loads(line)
         root = tree["nodes"][0]
@@ -389,7 +389,7 @@ def test_rollout_trees_from_a_checkpoint_read_its_separate_critic(micro_run, tmp
         ids = torch.tensor([ep["token_ids"][:root["position"]]])
         attn = torch.ones_like(ids)
         with torch.no_grad():
-            h = critic_hidden(pol.value_head, hidden_states(pol.model, ids, attn), ids, attn)
-            v = float(pol.value_head(h[0, -1].float()))
+            h = critic_hidden(pol.critic, hidden_states(pol.model, ids, attn), ids, attn)
+            v = float(pol.critic(h[0, -1].float()))
         assert abs(v - 0.5) > 1e-4, "the trained critic must have moved off its initial 0.5"
         assert root["v"] == pytest.approx(v, abs=1e-5)

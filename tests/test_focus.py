@@ -29,11 +29,11 @@ def _algo(**kw):
     return config.load(sets=MICRO + sets, method="focus").algo
 
 
-def _ctx(micro_policy, algo, group_size=2, batch_size=3, seed=0, value_head=None, budget=0):
+def _ctx(micro_policy, algo, group_size=2, batch_size=3, seed=0, critic=None, budget=0):
     model, tok, fmt, spec = micro_policy
     return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, SamplingParams(max_new_tokens=8),
                           group_size, 512, batch_size, budget, torch.Generator().manual_seed(seed),
-                          algo=algo, value_head=value_head)
+                          algo=algo, critic=critic)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def linear_case(micro_policy):
     head = random_value_head(model)
     tasks = spec.tasks("train", 3)
     algo = _algo(focus_roots=2, focus_lam=0)   # the TD(0) case of the issue
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, value_head=head), tasks)
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
     base = focus_mod.seed_base(torch.Generator().manual_seed(0))
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(2)]
     gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
@@ -138,7 +138,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
     tasks = spec.tasks("train", 2)
     algo = _algo(focus_roots=1, focus_max_inflight=2)
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=5, batch_size=2,
-                                        value_head=random_value_head(model)), tasks)
+                                        critic=random_value_head(model)), tasks)
     assert seen["max_active"] <= 2 and seen["max_own"] <= 2
     assert len(res.episodes) == 10 and res.extras["metrics"]["focus/continuations"] == 8
     assert seen["forks"] > 0
@@ -353,7 +353,7 @@ def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
     got = {}
     for kind in ("refined", "loo"):
         algo = _algo(focus_roots=2, focus_baseline=kind)
-        res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, value_head=head), tasks)
+        res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
         for tree in res.extras["trees"]:
             want = [tree.path_values(p) if kind == "refined"
                     else tree.path_values_loo(p, algo.kappa, algo.gamma) for p in tree.paths]

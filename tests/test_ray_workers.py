@@ -29,7 +29,7 @@ def _ctx(micro_policy, algo, batch_size=3, seed=0, head=None, budget=0, group_si
     m, tok, fmt, spec = micro_policy
     return RolloutContext(HFEngine(model or m, fmt.pad_id), fmt, spec, PARAMS, group_size, 512,
                           batch_size, budget, torch.Generator().manual_seed(seed), algo=algo,
-                          value_head=head)
+                          critic=head)
 
 
 def _same(ref, res, trees=True):

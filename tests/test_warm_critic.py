@@ -30,17 +30,17 @@ def test_fit_saves_a_head_the_learner_starts_from(micro_policy, tmp_path):
     torch.testing.assert_close(load_file(str(tmp_path / "again.safetensors"))["weight"], head["weight"])
     cfg = config.load(sets=MICRO, method="focus")
     warm = build_learner(cfg, model, model_path=str(tmp_path), log=lambda s: None)
-    torch.testing.assert_close(warm.value_head.weight.detach(), head["weight"])
-    torch.testing.assert_close(warm.value_head.bias.detach(), head["bias"])
+    torch.testing.assert_close(warm.critic.weight.detach(), head["weight"])
+    torch.testing.assert_close(warm.critic.bias.detach(), head["bias"])
     cold = build_learner(cfg, model, model_path=str(tmp_path / "none"), log=lambda s: None)
-    assert float(cold.value_head.weight.detach().abs().sum()) == 0.0
-    assert float(cold.value_head.bias.detach()) == 0.5
+    assert float(cold.critic.weight.detach().abs().sum()) == 0.0
+    assert float(cold.critic.bias.detach()) == 0.5
     # token-level GAE and MPO's intra-turn trace read the critic at every token, where the
     # turn-start fit does not hold: they start cold
     for method in ("ppo", "mpo"):
         other = build_learner(config.load(sets=MICRO, method=method), model,
                               model_path=str(tmp_path), log=lambda s: None)
-        assert float(other.value_head.weight.detach().abs().sum()) == 0.0, method
+        assert float(other.critic.weight.detach().abs().sum()) == 0.0, method
 
 
 def test_fit_recovers_a_planted_linear_value(micro_policy, tmp_path, monkeypatch):

@@ -103,9 +103,9 @@ def audit_tree_cmd(
         from ..diagnostics.mc import load_checkpoint_policy
 
         pol = load_checkpoint_policy(cfg, ckpt)
-        if critics is None and pol.value_head is not None:
+        if critics is None and pol.critic is not None:
             spec = dataclasses.replace(spec, critics=spec.critics + ("trained",))
-        if "trained" in spec.critics and pol.value_head is None:
+        if "trained" in spec.critics and pol.critic is None:
             raise ConfigError(f"{ckpt} has no value head: drop 'trained' from --critics")
         console.print(f"building the audit tree: {tasks} tasks x {roots} root episodes, {samples} "
                       f"continuations per state ...", highlight=False)

@@ -27,7 +27,7 @@ class EnvWorld:
         eps, states = sample_episodes(pol, pairs, seed)
         self.n_tasks, self.roots = len(tasks), roots
         self.episodes = eps
-        head = pol.value_head is not None
+        head = pol.critic is not None
         vals = critic_at_states(pol, eps) if head else [[None] * len(e.segment_starts) for e in eps]
         # distinct audit states: one shared s_0 per task, then every episode's s_1..s_{K-1}
         audit: list = []

@@ -68,7 +68,7 @@ def run_checkpoints(run: Path) -> list[tuple[int, Path]]:
 
 def rank_checkpoint(cfg: RunConfig, ckpt: Path, episodes: int, continuations: int, seed: int) -> dict:
     pol = load_checkpoint_policy(cfg, ckpt)
-    if pol.value_head is None:
+    if pol.critic is None:
         raise ConfigError(f"{ckpt} has no critic (value head): critic ranking needs a method that "
                           "trains one (ppo, mpo, focus)")
     tasks = pol.spec.tasks("eval", episodes)

@@ -36,11 +36,11 @@ class Policy:
     spec: Any                      # EnvSpec
     engine: Any
     params: Any                    # SamplingParams
-    value_head: torch.nn.Module | None
+    critic: torch.nn.Module | None
     name: str                      # what was loaded (checkpoint folder or model name)
 
 
-def load_value_head(ckpt: Path, model: torch.nn.Module) -> torch.nn.Module | None:
+def load_critic(ckpt: Path, model: torch.nn.Module) -> torch.nn.Module | None:
     """The critic stored with a checkpoint (a value head or a separate critic model, on
     `model`'s device), or None (critic-free method)."""
     from ..models.critic import critic_from_state
@@ -65,7 +65,7 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
         head_dir = checkpoint.find(ckpt)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
     model, _, fmt, path = load_policy(cfg, log=lambda s: None)
-    head = load_value_head(head_dir, model) if head_dir else None
+    head = load_critic(head_dir, model) if head_dir else None
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     return Policy(cfg, model, fmt, make_spec(cfg), engine, params, head, str(head_dir or path))
@@ -149,14 +149,14 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
 def _values(pol: Policy, episodes: list[Episode]) -> torch.Tensor:
     from ..train.batch import collate, forward, microbatches, trim
 
-    if pol.value_head is None:
+    if pol.critic is None:
         raise ConfigError(f"{pol.name} has no critic (value head); use a checkpoint of a method "
                           "that trains one (ppo, mpo, focus)")
     batch = collate(episodes, pol.fmt.pad_id)
     vals = torch.zeros(batch.input_ids.shape)
     for rows in microbatches(batch, pol.cfg.train.max_tokens_per_microbatch):
         mb = trim(batch.select(rows))
-        _, v = forward(pol.model, pol.value_head, mb, pol.cfg.rollout.temperature)
+        _, v = forward(pol.model, pol.critic, mb, pol.cfg.rollout.temperature)
         vals[rows, :v.shape[1]] = v.float().cpu()
     return vals
 

@@ -63,7 +63,7 @@ def variance_report(cfg: RunConfig, checkpoint, episodes: int = 64, seed: int = 
     from .mc import critic_at_tokens, load_checkpoint_policy, sample_episodes
 
     pol = load_checkpoint_policy(cfg, checkpoint)
-    if pol.value_head is None:
+    if pol.critic is None:
         raise ConfigError(f"{pol.name} has no critic (value head): the variance decomposition "
                           "needs a method that trains one (ppo, mpo, focus)")
     tasks = pol.spec.tasks("eval")

@@ -72,17 +72,17 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
     spec = make_spec(cfg)
     tasks = spec.tasks(split, -(-n // group_size))
     model, _, fmt, _ = load_policy(cfg)
-    value_head = None
+    critic = None
     state_file = Path(cfg.model.name) / checkpoint.STATE_FILE
     if state_file.is_file():
         head_state = checkpoint.load_state(state_file.parent).get("value_head")
         if head_state is not None:
-            value_head = critic_from_state(head_state, model)
+            critic = critic_from_state(head_state, model)
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     ctx = RolloutContext(engine, fmt, spec, params, group_size, cfg.rollout.max_tokens,
                          cfg.rollout.batch_size, cfg.rollout.budget_tokens,
                          torch.Generator().manual_seed(cfg.seed), algo=cfg.algo,
-                         value_head=value_head)
+                         critic=critic)
     result = CONTROLLERS.get(cfg.algo.controller)(ctx, tasks)
     return result.episodes, result.extras["trees"]

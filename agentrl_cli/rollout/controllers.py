@@ -43,7 +43,7 @@ class RolloutContext:
     budget_tokens: int            # 0 = no cap
     generator: torch.Generator
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # controller options (vine_k, DAPO knobs)
-    value_head: object = None     # critic head on the policy backbone (FOCUS node values), or None
+    critic: object = None         # the critic (models/critic.py): FOCUS node values; or None
 
 
 @dataclass

@@ -46,7 +46,7 @@ the source episode's first `position` tokens with `response_mask` 0 (and turn/se
 -1), so each segment's policy tokens are trained exactly once, in the path that generated
 them; its own turns keep their true turn numbers k, k+1, .... `generated_tokens` counts only
 its own tokens; `num_tool_calls` counts the whole root-to-leaf episode.
-The critic value v of a node is the trainer's value head (`ctx.value_head`) on the last hidden
+The critic value v of a node is the trainer's value head (`ctx.critic`) on the last hidden
 state of the state's context (a separate critic: on its own model's, one forward over the
 visible context), clamped to [0, 1] for the gains (raw in `refine_values`); without a value
 head v = 0.5 (what the untrained head outputs).
@@ -189,8 +189,8 @@ class FocusRunner:
         self.root_queue = [g for g in range(len(tasks)) for _ in range(roots)]
         self.target_paths = len(tasks) * ctx.group_size
         self.kv = ctx.engine.new_batch(0)
-        self.value_head = getattr(ctx, "value_head", None)
-        self.kv.keep_hidden = self.value_head is not None and not is_separate(self.value_head)
+        self.critic = getattr(ctx, "critic", None)
+        self.kv.keep_hidden = self.critic is not None and not is_separate(self.critic)
         self.value_wait: list[tuple[_Path, Node]] = []  # nodes whose v comes after the next extend
         self.spent = 0
         self.t_book = 0.0             # seconds in allocation and tree bookkeeping
@@ -377,27 +377,27 @@ class FocusRunner:
         """Critic values of the states whose context was just fed."""
         if not self.value_wait:
             return
-        if self.value_head is None:
+        if self.critic is None:
             for _, nd in self.value_wait:
                 nd.v = 0.5
-        elif is_separate(self.value_head):  # the critic's own forward over each visible context
+        elif is_separate(self.critic):  # the critic's own forward over each visible context
             ctxs = [visible_ids(p.live.ep) for p, _ in self.value_wait]
             n = torch.tensor([len(c) for c in ctxs])
             ids = torch.zeros(len(ctxs), int(n.max()), dtype=torch.long)
             for i, c in enumerate(ctxs):
                 ids[i, :len(c)] = torch.tensor(c)
             attn = (torch.arange(ids.shape[1])[None] < n[:, None]).long()
-            dev = next(self.value_head.parameters()).device
+            dev = next(self.critic.parameters()).device
             with torch.no_grad():
-                h = critic_hidden(self.value_head, None, ids.to(dev), attn.to(dev))
+                h = critic_hidden(self.critic, None, ids.to(dev), attn.to(dev))
                 h = h[torch.arange(len(ctxs), device=dev), (n - 1).to(dev)].float()
-                v = self.value_head(h).squeeze(-1).float().tolist()
+                v = self.critic(h).squeeze(-1).float().tolist()
         else:
             rows = torch.tensor([p.row for p, _ in self.value_wait], dtype=torch.long)
             with torch.no_grad():
                 h = self.kv.last_hidden[rows].float()
-                v = self.value_head(h).squeeze(-1).float().tolist()
-        if self.value_head is not None:
+                v = self.critic(h).squeeze(-1).float().tolist()
+        if self.critic is not None:
             for (_, nd), x in zip(self.value_wait, v):
                 nd.v = float(x)
         self.value_wait = []

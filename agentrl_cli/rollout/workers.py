@@ -420,15 +420,15 @@ class CriticValues:
     forward over a finished episode gives the hidden state after each node's context (its last
     token)."""
 
-    def __init__(self, model, value_head):
-        self.model, self.value_head = model, value_head
+    def __init__(self, model, critic):
+        self.model, self.critic = model, critic
 
     @torch.no_grad()
     def __call__(self, episodes: list[Episode], positions: list[list[int]]) -> list[list[float]]:
         from ..models.critic import critic_hidden, is_separate
         from ..models.sequences import hidden_states, pad_episodes
 
-        if self.value_head is None:
+        if self.critic is None:
             return [[0.5] * len(p) for p in positions]
         out: list[list[float]] = [[] for _ in episodes]
         todo = [i for i, p in enumerate(positions) if p]
@@ -437,8 +437,8 @@ class CriticValues:
         device = next(self.model.parameters()).device
         ids, _, attn = pad_episodes([episodes[i] for i in todo], 0)
         ids, attn = ids.to(device), attn.to(device)
-        if is_separate(self.value_head):   # the critic's own model reads the same ids
-            h = critic_hidden(self.value_head, None, ids, attn)
+        if is_separate(self.critic):   # the critic's own model reads the same ids
+            h = critic_hidden(self.critic, None, ids, attn)
         else:
             was_training = self.model.training
             self.model.eval()
@@ -446,7 +446,7 @@ class CriticValues:
             self.model.train(was_training)
         for j, i in enumerate(todo):
             rows = torch.tensor([p - 1 for p in positions[i]], dtype=torch.long, device=h.device)
-            v = self.value_head(h[j, rows].float()).squeeze(-1).float()
+            v = self.critic(h[j, rows].float()).squeeze(-1).float()
             out[i] = [float(x) for x in v.tolist()]
         return out
 
@@ -789,13 +789,13 @@ def open_ray(cfg: RunConfig, out: Path, log: Callable[[str], None] = print) -> b
 RAY_TICKS = 8  # tokens per path per Ray call: fewer round trips vs later slot refills
 
 
-def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model, value_head,
+def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model, critic,
                   out: Path, log: Callable[[str], None] = print) -> Rollouts:
     """The trainer's rollouts. In process: the registry controller on `engine` (`hf`: token
     level), or, for a turn-level engine (`vllm`) and a controller in `PATH_CONTROLLERS`, the
     path controller on a local executor of that engine (DAPO dynamic sampling, `vine` and
     evaluation use the engine's lock-step `new_batch`). With `rollout.workers > 0`: the path
-    controller on Ray workers. `model`/`value_head` give FOCUS its critic values."""
+    controller on Ray workers. `model`/`critic` give FOCUS its critic values."""
     name = cfg.algo.controller
     sync = getattr(engine, "load_weights", None) or (lambda m: None)
     release = getattr(engine, "release", None) or (lambda: None)
@@ -815,7 +815,7 @@ def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model,
     if cfg.algo.dynamic_sampling:
         raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
     controller = PATH_CONTROLLERS.get(name)
-    values = CriticValues(model, value_head)
+    values = CriticValues(model, critic)
     if cfg.rollout.workers == 0:
         params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
         executor = make_executor(engine, fmt, spec, params, cfg.rollout.max_tokens)

@@ -107,7 +107,7 @@ def trim(batch: Batch) -> Batch:
     return Batch(**kw)
 
 
-def forward(model, value_head, mb: Batch, temperature: float, chunk: int = 512):
+def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512):
     """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0).
 
     `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence).
@@ -119,8 +119,8 @@ def forward(model, value_head, mb: Batch, temperature: float, chunk: int = 512):
     lp = logprobs_from_hidden(model, h, ids, temperature, chunk)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None
-    if value_head is not None:
-        hv = critic_hidden(value_head, h, ids, mb.attention_mask.to(dev), window)
-        v = value_head(hv[:, :-1].float()).squeeze(-1)
+    if critic is not None:
+        hv = critic_hidden(critic, h, ids, mb.attention_mask.to(dev), window)
+        v = critic(hv[:, :-1].float()).squeeze(-1)
         values = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
     return lp, values

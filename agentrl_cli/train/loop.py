@@ -82,7 +82,7 @@ WARM_CRITIC_ESTIMATORS = ("focus",)
 @dataclass
 class Learner:
     model: torch.nn.Module
-    value_head: torch.nn.Module | None
+    critic: torch.nn.Module | None
     reference: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     params: list = field(default_factory=list)
@@ -92,25 +92,25 @@ class Learner:
 def build_learner(cfg: RunConfig, model, comm: Local | None = None,
                   model_path: str | None = None, log: Callable[[str], None] = print) -> Learner:
     recipe = METHODS.get(cfg.method)
-    value_head = None
+    critic = None
     if recipe.critic:
         torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
-        value_head = build_critic(cfg.model.critic, model)
+        critic = build_critic(cfg.model.critic, model)
         warm = Path(model_path) / VALUE_HEAD if model_path else None
         # the tiny build's fitted critic, for the estimators it was fitted for
         if warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS:
             from safetensors.torch import load_file
 
-            load_head_state(value_head, load_file(str(warm)))
+            load_head_state(critic, load_file(str(warm)))
             log(f"critic: value head starts from {warm}")
-        if is_separate(value_head):
+        if is_separate(critic):
             log("critic: a separate model (a copy of the initial policy) + value head")
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
         reference = copy.deepcopy(model).eval()
         for p in reference.parameters():
             p.requires_grad_(False)
-    critic_params = list(value_head.parameters()) if value_head else []
+    critic_params = list(critic.parameters()) if critic else []
     params = list(model.parameters()) + critic_params
     # one parameter group unless the critic has its own rate (so older checkpoints still resume)
     groups = ([{"params": list(model.parameters())},
@@ -120,7 +120,7 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
                             betas=(0.9, 0.99))
     comm = comm or Local()
     comm.broadcast_params(params)
-    return Learner(model, value_head, reference, opt, params, comm)
+    return Learner(model, critic, reference, opt, params, comm)
 
 
 @torch.no_grad()
@@ -128,14 +128,14 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
     """Fill old log-probs, old values and reference log-probs (before the update)."""
     B, L = batch.input_ids.shape
     old = torch.zeros(B, L)
-    vals = torch.zeros(B, L) if learner.value_head is not None else None
+    vals = torch.zeros(B, L) if learner.critic is not None else None
     ref = torch.zeros(B, L) if learner.reference is not None else None
     learner.model.eval()
-    critic_mode(learner.value_head, False)
+    critic_mode(learner.critic, False)
     for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch):
         mb = trim(batch.select(rows))
         w = mb.input_ids.shape[1]
-        lp, v = forward(learner.model, learner.value_head, mb, cfg.rollout.temperature,
+        lp, v = forward(learner.model, learner.critic, mb, cfg.rollout.temperature,
                         cfg.train.logprob_chunk)
         old[rows, :w] = lp.float().cpu()
         if vals is not None:
@@ -152,12 +152,12 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     algo, tr = cfg.algo, cfg.train
     policy_loss = POLICY_LOSSES.get(algo.loss)
     learner.model.train()
-    critic_mode(learner.value_head, True)
+    critic_mode(learner.critic, True)
     rng = random.Random(step_seed(cfg.seed, step, salt=2))
     device = next(learner.model.parameters()).device  # the batch is built on CPU
     # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
     # loss, the KL term and the backbone's share of the critic gradient are all dropped
-    critic_only = learner.value_head is not None and step <= tr.critic_warmup
+    critic_only = learner.critic is not None and step <= tr.critic_warmup
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -180,7 +180,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 # token-mean: micro-batch mean x its share of tokens = the minibatch token mean
                 weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
                           else len(micro) / n_rows)
-                lp, values = forward(learner.model, learner.value_head, m, cfg.rollout.temperature,
+                lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
                                      tr.logprob_chunk)
                 loss, st = policy_loss(lp, m, algo)
                 total = loss.detach() * 0.0 if critic_only else loss * weight
@@ -212,7 +212,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 sums[key] = sums.get(key, 0.0) + v
             count += 1
     learner.model.eval()
-    critic_mode(learner.value_head, False)
+    critic_mode(learner.critic, False)
     return {k: v / count for k, v in sums.items()}
 
 
@@ -242,7 +242,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     engine = build_engine(cfg, model, fmt)
     estimator = ESTIMATORS.get(cfg.algo.estimator)
     learner = build_learner(cfg, model, comm, model_path, log)
-    rollouts = open_rollouts(cfg, engine, fmt, spec, model, learner.value_head, out, log)
+    rollouts = open_rollouts(cfg, engine, fmt, spec, model, learner.critic, out, log)
     sampler = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step)
     eval_tasks = spec.tasks("eval", cfg.train.eval_tasks)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
@@ -262,8 +262,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         from safetensors.torch import load_file
 
         model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=False)
-        if learner.value_head is not None and state.get("value_head") is not None:
-            learner.value_head.load_state_dict(state["value_head"])
+        if learner.critic is not None and state.get("value_head") is not None:
+            learner.critic.load_state_dict(state["value_head"])
         learner.optimizer.load_state_dict(state["optimizer"])
         start_step, base, tokens_total = state["step"], state["base_eval"], state["tokens_total"]
         last_eval = state.get("last_eval", base)  # the held-out check in force at the checkpoint
@@ -292,7 +292,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
                              cfg.rollout.max_tokens, cfg.rollout.batch_size,
                              -(-budget // comm.world),
                              torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
-                             algo=cfg.algo, value_head=learner.value_head)
+                             algo=cfg.algo, critic=learner.critic)
         result = rollouts.run(ctx, comm.share(sampler.for_step(step)))
         eps = result.episodes
         t_roll = time.time() - t0
@@ -342,7 +342,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
                              or step == cfg.train.steps):
             checkpoint.save(out, step, model, tok, {
                 "step": step, "optimizer": learner.optimizer.state_dict(),
-                "value_head": learner.value_head.state_dict() if learner.value_head else None,
+                "value_head": learner.critic.state_dict() if learner.critic else None,
                 "base_eval": base, "last_eval": last_eval, "tokens_total": tokens_total,
                 "method": cfg.method,
             })
