@@ -235,3 +235,63 @@ def test_critic_lr_is_the_critics_own_rate(micro_policy, form):
     # without it: one group at train.lr (the checkpoints of earlier versions resume)
     learner, _ = _ppo_steps(micro_policy, [f"model.critic={form}"])
     assert len(learner.optimizer.param_groups) == 1
+
+
+def _small_critic_folder(micro_policy, path, extra_token=False):
+    """A smaller model of the policy's family (1 layer, hidden 64) saved with the policy's
+    tokenizer (`extra_token`: a tokenizer with one more token)."""
+    import copy as _copy
+
+    from transformers import AutoModelForCausalLM
+
+    model, tok, fmt, spec = micro_policy
+    conf = _copy.deepcopy(model.config)
+    conf.num_hidden_layers, conf.hidden_size, conf.intermediate_size = 1, 64, 128
+    conf.num_attention_heads, conf.num_key_value_heads, conf.head_dim = 2, 1, 32
+    if hasattr(conf, "layer_types") and conf.layer_types is not None:
+        conf.layer_types = conf.layer_types[:1]
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(conf).save_pretrained(path)
+    t = _copy.deepcopy(tok)
+    if extra_token:
+        t.add_tokens(["<not-in-the-policy>"])
+    t.save_pretrained(path)
+    return path
+
+
+def test_separate_critic_from_its_own_model_path(micro_policy, tmp_path):
+    """`model.critic_path`: the separate critic is that model (here a smaller one), trained,
+    checkpointed with its architecture and rebuilt from the checkpoint alone by diagnose and
+    rollout; a critic with another tokenizer is a config error."""
+    from agentrl_cli.diagnostics.mc import load_checkpoint_policy
+    from agentrl_cli.models.critic import SeparateCritic
+    from agentrl_cli.models.loading import model_path
+    from agentrl_cli.train import checkpoint
+    from agentrl_cli.train.loop import train
+
+    folder = _small_critic_folder(micro_policy, tmp_path / "small")
+    sets = MICRO + ["model.critic=separate", f"model.critic_path={folder}", "train.steps=2",
+                    "train.save_every=2", "train.eval_every=0"]
+    cfg = config.load(sets=sets, method="mpo")
+    learner = build_learner(cfg, copy.deepcopy(micro_policy[0]),
+                            model_path=model_path(cfg, log=lambda s: None), log=lambda s: None)
+    assert isinstance(learner.critic, SeparateCritic)
+    assert learner.critic.model.config.hidden_size == 64 and learner.critic.head.in_features == 64
+
+    out = tmp_path / "run"
+    logs: list[str] = []
+    train(cfg, out, log=logs.append)
+    assert any(f"from {folder}" in line for line in logs)
+    state = checkpoint.load_state(checkpoint.step_dir(out, 2))
+    assert state["critic_config"]["hidden_size"] == 64
+    pol = load_checkpoint_policy(config.load_saved(out), out)
+    assert isinstance(pol.critic, SeparateCritic) and pol.critic.model.config.num_hidden_layers == 1
+    back = pol.critic.state_dict()
+    assert all(torch.equal(back[k], v) for k, v in state["value_head"].items())
+
+    bad = _small_critic_folder(micro_policy, tmp_path / "other-tok", extra_token=True)
+    cfg = config.load(sets=MICRO + ["model.critic=separate", f"model.critic_path={bad}"],
+                      method="mpo")
+    with pytest.raises(config.ConfigError, match="different tokenizer"):
+        build_learner(cfg, copy.deepcopy(micro_policy[0]),
+                      model_path=model_path(cfg, log=lambda s: None), log=lambda s: None)

@@ -46,8 +46,10 @@ def load_critic(ckpt: Path, model: torch.nn.Module) -> torch.nn.Module | None:
     from ..models.critic import critic_from_state
     from ..train import checkpoint
 
-    state = checkpoint.load_state(ckpt).get("value_head")
-    return None if state is None else critic_from_state(state, model)
+    state = checkpoint.load_state(ckpt)
+    if state.get("value_head") is None:
+        return None
+    return critic_from_state(state["value_head"], model, state.get("critic_config"))
 
 
 def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Policy:

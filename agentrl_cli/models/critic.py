@@ -44,15 +44,16 @@ class DetachedValueHead(ValueHead):
 
 
 class SeparateCritic(torch.nn.Module):
-    """`model.critic=separate`: a copy of the initial policy (`model`) with a linear value head
-    on its last hidden states. `forward(h)` takes the hidden states of `self.model`
-    (`critic_hidden` computes them)."""
+    """`model.critic=separate`: a copy of the initial policy (`model`), or with `copy=False`
+    `model` itself (a critic loaded from `model.critic_path`), with a linear value head on its
+    last hidden states. `forward(h)` takes the hidden states of `self.model` (`critic_hidden`
+    computes them)."""
 
     separate = True
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, copy_model: bool = True):
         super().__init__()
-        self.model = copy.deepcopy(model)
+        self.model = copy.deepcopy(model) if copy_model else model
         self.head = torch.nn.Linear(model.config.hidden_size, 1)
         self.head.to(next(self.model.parameters()).device)
 
@@ -73,13 +74,15 @@ class SeparateCritic(torch.nn.Module):
         return self.head(h)
 
 
-def build_critic(form: str, model: torch.nn.Module) -> torch.nn.Module:
+def build_critic(form: str, model: torch.nn.Module,
+                 base: torch.nn.Module | None = None) -> torch.nn.Module:
     """A fresh critic of `form` for `model` (value head initialised to 0 weight, 0.5 bias:
-    V = 0.5 everywhere, the prior of a 0/1 reward)."""
+    V = 0.5 everywhere, the prior of a 0/1 reward). `base`: a separate critic's own model
+    (`model.critic_path`), used as it is instead of a copy of `model`."""
     if form not in CRITIC_FORMS:
         raise ValueError(f"model.critic must be one of {', '.join(CRITIC_FORMS)}, got '{form}'")
     if form == "separate":
-        critic = SeparateCritic(model)
+        critic = SeparateCritic(model) if base is None else SeparateCritic(base, copy_model=False)
     else:
         critic = (DetachedValueHead if form == "detached" else ValueHead)(model.config.hidden_size)
         critic.to(next(model.parameters()).device)
@@ -97,17 +100,34 @@ def load_head_state(critic: torch.nn.Module, state: dict) -> None:
         critic.load_state_dict(state)
 
 
-def critic_from_state(state: dict, model: torch.nn.Module) -> torch.nn.Module:
+def critic_from_state(state: dict, model: torch.nn.Module,
+                      config: dict | None = None) -> torch.nn.Module:
     """Rebuild a checkpoint's critic (the `value_head` entry) next to `model`, in eval mode. A
     separate critic's state names its own model's weights (`model.*`), a head's only
-    `weight`/`bias`; a detached head loads as a plain head (the same values)."""
+    `weight`/`bias`; a detached head loads as a plain head (the same values). `config` (the
+    checkpoint's `critic_config`): a separate critic's architecture when it is not the
+    policy's (`model.critic_path`)."""
     if any(k.startswith("model.") for k in state):
-        critic = SeparateCritic(model)
+        if config is None:
+            critic = SeparateCritic(model)
+        else:
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            conf = dict(config)
+            arch = AutoConfig.for_model(conf.pop("model_type"), **conf)
+            base = AutoModelForCausalLM.from_config(arch)
+            base.to(next(model.parameters()).dtype)
+            critic = SeparateCritic(base, copy_model=False)
     else:
         critic = ValueHead(model.config.hidden_size)
     critic.load_state_dict(state)
     critic.to(next(model.parameters()).device)
     return critic.eval()
+
+
+def critic_config(critic: torch.nn.Module | None) -> dict | None:
+    """What a checkpoint stores to rebuild a separate critic's architecture (else None)."""
+    return critic.model.config.to_dict() if is_separate(critic) else None
 
 
 def is_separate(critic: torch.nn.Module | None) -> bool:

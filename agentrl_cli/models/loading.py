@@ -84,3 +84,21 @@ def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
     model = load_model(path, cfg).to(device)
     model.eval()
     return model, tok, ChatFormat.from_tokenizer(tok), path
+
+
+def load_critic_model(cfg: RunConfig, policy_path: str | None, device: torch.device):
+    """The model of a separate critic loaded from `model.critic_path` (train mode is the
+    trainer's business). It reads the policy's token ids as they are, so its tokenizer must be
+    the policy's: a different vocabulary is a one-line error, not silently wrong values."""
+    from transformers import AutoTokenizer
+
+    path = cfg.model.critic_path
+    try:
+        theirs = AutoTokenizer.from_pretrained(path).get_vocab()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model.critic_path '{path}': no tokenizer to check against the "
+                          f"policy's ({str(e).splitlines()[0]})") from None
+    if policy_path is not None and theirs != AutoTokenizer.from_pretrained(policy_path).get_vocab():
+        raise ConfigError(f"model.critic_path '{path}' has a different tokenizer from the policy "
+                          f"'{policy_path}': the critic must read the policy's token ids")
+    return load_model(path, cfg).to(device)

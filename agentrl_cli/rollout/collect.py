@@ -75,9 +75,9 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
     critic = None
     state_file = Path(cfg.model.name) / checkpoint.STATE_FILE
     if state_file.is_file():
-        head_state = checkpoint.load_state(state_file.parent).get("value_head")
-        if head_state is not None:
-            critic = critic_from_state(head_state, model)
+        state = checkpoint.load_state(state_file.parent)
+        if state.get("value_head") is not None:
+            critic = critic_from_state(state["value_head"], model, state.get("critic_config"))
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     ctx = RolloutContext(engine, fmt, spec, params, group_size, cfg.rollout.max_tokens,

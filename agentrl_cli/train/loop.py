@@ -25,8 +25,8 @@ from ..engines.hf import SamplingParams
 from ..envs import ENVS
 from ..evaluation.runner import evaluate
 from ..methods import METHODS
-from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
-from ..models.loading import load_policy
+from ..models.critic import build_critic, critic_config, critic_mode, is_separate, load_head_state
+from ..models.loading import load_critic_model, load_policy
 from ..models.tiny import VALUE_HEAD
 from ..reporting.metrics import MetricsLog, plot_learning_curve
 from ..rollout.controllers import RolloutContext
@@ -95,16 +95,22 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
     critic = None
     if recipe.critic:
         torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
-        critic = build_critic(cfg.model.critic, model)
+        own = cfg.model.critic == "separate" and bool(cfg.model.critic_path)
+        base = (load_critic_model(cfg, model_path, next(model.parameters()).device)
+                if own else None)
+        critic = build_critic(cfg.model.critic, model, base)
         warm = Path(model_path) / VALUE_HEAD if model_path else None
-        # the tiny build's fitted critic, for the estimators it was fitted for
-        if warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS:
+        # the tiny build's fitted critic (on the policy's features), for the estimators it was
+        # fitted for
+        if (warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS
+                and not own):
             from safetensors.torch import load_file
 
             load_head_state(critic, load_file(str(warm)))
             log(f"critic: value head starts from {warm}")
         if is_separate(critic):
-            log("critic: a separate model (a copy of the initial policy) + value head")
+            log("critic: a separate model (" + (f"from {cfg.model.critic_path}" if own else
+                                                "a copy of the initial policy") + ") + value head")
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
         reference = copy.deepcopy(model).eval()
@@ -343,6 +349,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
             checkpoint.save(out, step, model, tok, {
                 "step": step, "optimizer": learner.optimizer.state_dict(),
                 "value_head": learner.critic.state_dict() if learner.critic else None,
+                "critic_config": critic_config(learner.critic),
                 "base_eval": base, "last_eval": last_eval, "tokens_total": tokens_total,
                 "method": cfg.method,
             })
