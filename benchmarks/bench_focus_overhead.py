@@ -2,12 +2,19 @@
 (gains, candidate scans, node creation and updates, refined values) rather than in the engine
 and the env. Target: under 5%.
 
-Runs the "focus" controller for a few steps on the tiny model (untrained by default: fast, and
-the bookkeeping cost does not depend on the policy's quality) with a random value head, so the
-critic disagrees with the outcomes and the allocator branches.
+Runs the "focus" controller for a few steps on the tiny model with a random value head, so the
+critic disagrees with the outcomes and the allocator branches. The untrained model
+(`--warmup-steps 0`, the fast default) made no continuations when rechecked in session 7
+(the bookkeeping share is then of root paths only); `--warmup-steps 1200` uses the default build,
+whose trees branch.
 
     python benchmarks/bench_focus_overhead.py [--tasks 4] [--group-size 8] [--steps 2]
                                               [--warmup-steps 0] [--allocator focus] [--threads 1]
+                                              [--critic head|separate|both]
+
+`--critic both` also runs every step with a separate critic model that copies the policy and
+the head (so the trees are the same) and prints its rollout wall time next to the head's: the
+cost of reading a separate critic inside the trees (one critic forward per new node's context).
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ import torch
 
 from agentrl_cli import config
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
-from agentrl_cli.models.critic import ValueHead
+from agentrl_cli.models.critic import ValueHead, build_critic
 from agentrl_cli.models.loading import load_policy
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.train.loop import make_spec
@@ -35,6 +42,7 @@ def main() -> None:
     ap.add_argument("--allocator", default="focus")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--same-tasks", action="store_true", help="the same tasks every step")
+    ap.add_argument("--critic", default="head", choices=("head", "separate", "both"))
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: immune to OpenMP stalls on a shared machine)")
     args = ap.parse_args()
@@ -49,19 +57,29 @@ def main() -> None:
     head = ValueHead(model.config.hidden_size)
     torch.nn.init.normal_(head.weight, std=0.3)
     torch.nn.init.constant_(head.bias, 0.5)
+    critics = {"head": head}
+    if args.critic != "head":
+        sep = build_critic("separate", model)
+        sep.head.load_state_dict(head.state_dict())
+        critics = {"separate": sep} if args.critic == "separate" else {"head": head, "separate": sep}
     params = SamplingParams(max_new_tokens=args.max_new_tokens)
     controller = CONTROLLERS.get("focus")
     pool = spec.tasks("train")
     wall = book = 0.0
     tokens = paths = conts = nodes = 0
+    per_critic = {name: 0.0 for name in critics}
     for step in range(args.steps + 1):  # step 0 warms up (allocations, first-call overheads)
-        ctx = RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, params, args.group_size,
-                             cfg.rollout.max_tokens, args.batch_size, 0,
-                             torch.Generator().manual_seed(step), algo=cfg.algo, critic=head)
         tasks = pool[(step * args.tasks) % 64:(step * args.tasks) % 64 + args.tasks] if not args.same_tasks else pool[:args.tasks]
-        t0 = time.perf_counter()
-        res = controller(ctx, tasks)
-        dt = time.perf_counter() - t0
+        runs = {}
+        for name, critic in critics.items():   # the same seed: the same trees for every form
+            ctx = RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, params, args.group_size,
+                                 cfg.rollout.max_tokens, args.batch_size, 0,
+                                 torch.Generator().manual_seed(step), algo=cfg.algo, critic=critic)
+            t0 = time.perf_counter()
+            runs[name] = (controller(ctx, tasks), time.perf_counter() - t0)
+            if step > 0:
+                per_critic[name] += runs[name][1]
+        res, dt = next(iter(runs.values()))      # the step's numbers: the first form's run
         if step == 0:
             continue
         m = res.extras["metrics"]
@@ -79,6 +97,10 @@ def main() -> None:
     print(f"  rollout wall {wall:.2f} s  ({tokens / max(wall, 1e-9):.0f} tokens/s)")
     print(f"  allocator + tree bookkeeping {book * 1e3:.1f} ms = {100 * book / max(wall, 1e-9):.2f}% "
           f"of rollout wall time (target < 5%)")
+    if len(per_critic) > 1:
+        ratio = per_critic["separate"] / max(per_critic["head"], 1e-9)
+        print(f"  rollout wall, value head {per_critic['head']:.2f} s vs separate critic model "
+              f"{per_critic['separate']:.2f} s: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
