@@ -193,12 +193,13 @@ def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
 
 
 def test_separate_critic_checkpoint_round_trip(micro_policy, tmp_path):
+    from conftest import random_value_head
     from agentrl_cli.models.critic import SeparateCritic, ValueHead, critic_from_state
     from agentrl_cli.train.batch import collate, forward
     from test_distributed import _global_episodes
 
     model, tok, fmt, spec = micro_policy
-    critic = _separate_like(random_value_head_like(model), model)
+    critic = _separate_like(random_value_head(model, seed=3), model)
     with torch.no_grad():
         for p in critic.model.parameters():
             p.add_(0.01 * torch.randn_like(p))
@@ -211,11 +212,6 @@ def test_separate_critic_checkpoint_round_trip(micro_policy, tmp_path):
     head = ValueHead(model.config.hidden_size)
     assert isinstance(critic_from_state(head.state_dict(), model), ValueHead)
 
-
-def random_value_head_like(model):
-    from conftest import random_value_head
-
-    return random_value_head(model, seed=3)
 
 
 @pytest.mark.parametrize("form", ["head", "separate"])

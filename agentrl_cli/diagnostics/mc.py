@@ -43,13 +43,10 @@ class Policy:
 def load_critic(ckpt: Path, model: torch.nn.Module) -> torch.nn.Module | None:
     """The critic stored with a checkpoint (a value head or a separate critic model, on
     `model`'s device), or None (critic-free method)."""
-    from ..models.critic import critic_from_state
+    from ..models.critic import critic_from_checkpoint
     from ..train import checkpoint
 
-    state = checkpoint.load_state(ckpt)
-    if state.get("value_head") is None:
-        return None
-    return critic_from_state(state["value_head"], model, state.get("critic_config"))
+    return critic_from_checkpoint(checkpoint.load_state(ckpt), model)
 
 
 def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Policy:

@@ -125,6 +125,14 @@ def critic_from_state(state: dict, model: torch.nn.Module,
     return critic.eval()
 
 
+def critic_from_checkpoint(state: dict, model: torch.nn.Module) -> torch.nn.Module | None:
+    """The critic of a loaded checkpoint state (`train.checkpoint.load_state`), rebuilt next to
+    `model` (`critic_from_state`), or None for a critic-free method."""
+    if state.get("value_head") is None:
+        return None
+    return critic_from_state(state["value_head"], model, state.get("critic_config"))
+
+
 def critic_config(critic: torch.nn.Module | None) -> dict | None:
     """What a checkpoint stores to rebuild a separate critic's architecture (else None)."""
     return critic.model.config.to_dict() if is_separate(critic) else None

@@ -63,7 +63,7 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
     from pathlib import Path
 
     from ..engines.hf import ENGINES, SamplingParams
-    from ..models.critic import critic_from_state
+    from ..models.critic import critic_from_checkpoint
     from ..models.loading import load_policy
     from ..train import checkpoint
     from ..train.loop import make_spec
@@ -72,12 +72,9 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
     spec = make_spec(cfg)
     tasks = spec.tasks(split, -(-n // group_size))
     model, _, fmt, _ = load_policy(cfg)
-    critic = None
-    state_file = Path(cfg.model.name) / checkpoint.STATE_FILE
-    if state_file.is_file():
-        state = checkpoint.load_state(state_file.parent)
-        if state.get("value_head") is not None:
-            critic = critic_from_state(state["value_head"], model, state.get("critic_config"))
+    ckpt = Path(cfg.model.name)
+    critic = (critic_from_checkpoint(checkpoint.load_state(ckpt), model)
+              if (ckpt / checkpoint.STATE_FILE).is_file() else None)
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     ctx = RolloutContext(engine, fmt, spec, params, group_size, cfg.rollout.max_tokens,
