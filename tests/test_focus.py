@@ -122,7 +122,10 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
         seen["max_own"] = max(seen["max_own"], own)
         for t in self.trees:  # in-flight counts match the running paths
             for nd in t.nodes:
-                assert nd.inflight == sum(nd.id in p.nodes for p in self.active if p.tree is t)
+                # own-sample evidence: a running path counts at the node it was launched from
+                # and at the nodes it created
+                assert nd.inflight == sum(nd.id in p.nodes and (nd.id == p.origin or nd.path == p.pid)
+                                          for p in self.active if p.tree is t)
                 assert nd.own_inflight == sum(p.origin == nd.id and p.continuation
                                               for p in self.active if p.tree is t)
 

@@ -10,8 +10,10 @@ Inputs, from the "focus" rollout controller through `batch.extras`:
 `A_k = sum_l (gamma lam)^l delta_{k+l}` with `delta_k = (R if k = K-1 else gamma V~(s_{k+1})) -
 V~(s_k)` (`credit.segment_td_advantages`, lam = `algo.focus_lam`, 0 by default), broadcast to the
 policy tokens of segment k. A continuation's inherited segments carry no policy tokens in its
-episode (response_mask 0), so every segment is trained once. `algo.whiten` optionally normalises
-the advantages over the batch (off in the recipe).
+episode (response_mask 0), so every segment is trained once. `algo.focus_norm=tree` divides a
+tree's advantages by the std of its paths' rewards (and zeroes a tree without outcome contrast),
+the per-task scale GRPO's group normalisation gives; `algo.whiten` optionally normalises the
+advantages over the batch instead.
 """
 from __future__ import annotations
 
@@ -44,6 +46,15 @@ def focus_critic_targets(targets: list[list[tuple[int, float]]], shape: tuple[in
     return returns, mask
 
 
+def tree_scale(rewards: torch.Tensor, group_index: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """[B] per-path factor of `algo.focus_norm=tree`: `1 / (std + eps)` of the rewards of the
+    path's task tree (all its paths: roots and continuations; sample std, as GRPO's group), and
+    0 for every path of a tree whose paths all got the same reward (no outcome contrast in the
+    tree, so no policy signal: GRPO's rule for such a group)."""
+    _, _, sd, informative = batched._group_stats(rewards, group_index)
+    return torch.where(informative, 1.0 / (sd + eps), torch.zeros_like(sd))
+
+
 @ESTIMATORS.register("focus")
 def focus_credit(batch, algo) -> Credit:
     if "focus_values" not in batch.extras:
@@ -51,6 +62,8 @@ def focus_credit(batch, algo) -> Credit:
     seg = focus_segment_advantages(batch.extras["focus_values"], batch.rewards.tolist(),
                                    algo.gamma, algo.focus_lam)
     adv = batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask)
+    if algo.focus_norm == "tree":
+        adv = adv * tree_scale(batch.rewards, batch.group_index)[:, None]
     if algo.whiten:
         adv = batched.masked_whiten(adv, batch.response_mask)
     returns, value_mask = focus_critic_targets(batch.extras["focus_value_targets"],

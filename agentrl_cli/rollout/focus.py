@@ -109,7 +109,7 @@ ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("fo
 
 @ALLOCATORS.register("focus")
 def _largest_gain(cands: list[Node], rng: random.Random) -> Node | None:
-    best = max(cands, key=lambda nd: nd.g)
+    best = max(cands, key=lambda nd: (nd.g, -nd.depth))  # ties: shallower, then older
     return best if best.g > 0 else None
 
 
@@ -204,9 +204,10 @@ class FocusRunner:
         self.paths.append(p)
         p.live.ep.meta.update(focus_tree=tree.group, focus_path=p.pid, focus_origin=origin)
         for nid in p.nodes:
-            tree.nodes[nid].inflight += 1
             if tree.through[nid][-1] != p.pid:
                 tree.through[nid].append(p.pid)
+        for nid in self._evidence_nodes(p, p.nodes):
+            tree.nodes[nid].inflight += 1
         if continuation:
             tree.nodes[origin].launched += 1
             tree.nodes[origin].own_inflight += 1
@@ -307,7 +308,7 @@ class FocusRunner:
             pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
             cost = 0.0 if pick is None else self.price(*pick)
             stop = pick is None or (self.ctx.budget_tokens > 0 and
-                                    self.committed() + cost / 2 > self.ctx.budget_tokens)
+                                    self.committed() + cost > self.ctx.budget_tokens)
             self.t_book += time.perf_counter() - t0
             if stop:
                 break
@@ -315,6 +316,18 @@ class FocusRunner:
             self.active[-1].price = cost
 
     # -- tree bookkeeping ----------------------------------------------------------------------
+
+    def _evidence_nodes(self, p: _Path, node_ids: list[int]) -> list[int]:
+        """The nodes whose evidence (n, cbar, in-flight count) path `p` is.
+
+        `algo.focus_evidence=own` (METHODS.md §2): the node it was launched from (the root for a
+        root episode) and the nodes it created itself: its own samples. Leaves that land below a
+        node through continuations launched from its descendants are not on-policy draws from it.
+        `subtree` (the earlier reading, kept for ablation): every node on the path."""
+        if self.algo.focus_evidence == "subtree":
+            return list(node_ids)
+        nodes = p.tree.nodes
+        return [nid for nid in node_ids if nid == p.origin or nodes[nid].path == p.pid]
 
     def _regain(self, tree: Tree, node_ids: list[int]) -> None:
         for nid in node_ids:
@@ -346,7 +359,7 @@ class FocusRunner:
         R = float(ep.reward)
         leaf = tree.add(p.nodes[-1], ep.num_turns, len(ep.token_ids), p.pid, reward=R, n=1, csum=R,
                         tool_calls=ep.num_tool_calls)
-        for nid in p.nodes:
+        for nid in self._evidence_nodes(p, p.nodes):
             nd = tree.nodes[nid]
             nd.n += 1
             nd.csum += R
