@@ -24,7 +24,8 @@ def train_cmd(
     set_: SetOpt = None,
     seed: SeedOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default runs/<time>-<method>-<env>).")] = None,
-    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped.")] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped, from its newest checkpoint that verifies.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start afresh in an --out folder that already holds a run (its run files are removed).")] = False,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
     rollout_workers: Annotated[Optional[int], typer.Option("--rollout-workers", help="Ray rollout workers, each with its own engine and envs (--set rollout.workers=N; 0: in process).")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one (--set rollout.ray_address=...).")] = None,
@@ -38,9 +39,16 @@ def train_cmd(
     sets += [f"rollout.workers={rollout_workers}"] if rollout_workers is not None else []
     sets += [f"rollout.ray_address={ray_address}"] if ray_address is not None else []
     if resume is not None:
-        run_dir = resume if (resume / "config.json").is_file() else resume.parent.parent
-        cfg = load_saved(run_dir, sets)
-        out_dir = Path(cfg.out)
+        from ..config import ConfigError
+        from ..train.checkpoint import is_checkpoint
+
+        if out is not None or overwrite:
+            raise ConfigError("--resume continues the run in its own folder: drop --out and "
+                              "--overwrite")
+        # the folder given, wherever it now is (a moved or copied run), not the saved `out`
+        run_dir = resume.parent.parent if is_checkpoint(resume) else resume
+        cfg = dataclasses.replace(load_saved(run_dir, sets), out=str(run_dir))
+        out_dir = run_dir
     else:
         cfg = load_config(config, sets, benchmark=benchmark, method=method, env=env, model=model,
                           engine=engine, seed=seed, out=out)
@@ -50,7 +58,8 @@ def train_cmd(
     console.print(f"[bold]agentrl train[/] method={cfg.method} env={cfg.env.name} model={cfg.model.name} "
                   f"seed={cfg.seed} -> {out_dir}", highlight=False)
     summary = train(cfg, out_dir, resume=str(resume) if resume else None,
-                    log=lambda s: console.print(s, highlight=False), progress=TrainProgress(console))
+                    log=lambda s: console.print(s, highlight=False), progress=TrainProgress(console),
+                    overwrite=overwrite)
     console.print(summary_table(summary))
     console.print(f"summary: {out_dir / 'summary.json'} · curve: {out_dir / 'learning_curve.png'}",
                   highlight=False)

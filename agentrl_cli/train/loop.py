@@ -7,7 +7,9 @@ needs (critic, reference) are looked up in registries.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from typing import Callable
 import torch
 
 from .. import losses
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..context import wrap_spec
 from ..credit.estimators import ESTIMATORS
 from ..engines import build_engine, check_engine
@@ -35,6 +37,7 @@ from . import checkpoint
 from .batch import Batch, collate, forward, microbatches, trim
 from .distributed import Local, from_env
 from .prepare import PREPARERS
+from .run_folder import RunFolder, atomic_write_text
 from .update import POLICY_LOSSES
 
 
@@ -233,15 +236,47 @@ def step_budget(cfg: RunConfig, base: dict) -> int:
 
 
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
-          log: Callable[[str], None] = print, progress=None) -> dict:
-    """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json)."""
+          log: Callable[[str], None] = print, progress=None, overwrite: bool = False) -> dict:
+    """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json).
+    `resume`: the run folder `out` itself or one of its checkpoints; `overwrite`: start afresh
+    in a folder that holds a run (see `run_folder`)."""
     t_start = time.time()
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
     if not comm.is_main:
         log, progress = (lambda s: None), None
     out = Path(comm.on_main(str, out))
-    out.mkdir(parents=True, exist_ok=True)
+    # the run folder first (lock, no silent overwrite, leftovers removed), before any work
+    folder = RunFolder.open(out, resume=bool(resume), overwrite=overwrite, log=log) if comm.is_main else None
+    try:
+        return _train(cfg, out, resume, log, progress, comm, t_start)
+    finally:
+        if folder is not None:
+            folder.close()
+
+
+def _resume_state(cfg: RunConfig, resume: str, log: Callable[[str], None]):
+    """(checkpoint, trainer state, policy weights) to resume from, or None (no checkpoint yet:
+    the run starts over at step 0 with its saved config). `train.steps` below the checkpoint's
+    step is a one-line error: a run continues, it is not cut back."""
+    found = checkpoint.load_for_resume(resume, log)
+    if found is None:
+        log(f"{resume} has no checkpoint yet: starting it from step 0")
+        return None
+    step = found[1]["step"]
+    if cfg.train.steps < step:
+        raise ConfigError(f"train.steps={cfg.train.steps} is below the run's step {step}: a "
+                          f"resumed run continues (give train.steps >= {step}, or start a new "
+                          "run)")
+    return found
+
+
+def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start) -> dict:
+    found = _resume_state(cfg, resume, log) if resume and comm.is_main else None
+    if resume:                            # the other ranks load the checkpoint rank 0 chose
+        where = comm.on_main(lambda: str(found[0]) if found else "")
+        if where and not comm.is_main:
+            found = checkpoint.load_for_resume(where, log)
     torch.manual_seed(cfg.seed)
     model, tok, fmt, model_path = comm.first(lambda: load_policy(cfg, log))
     spec = make_spec(cfg)
@@ -253,7 +288,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     eval_tasks = spec.tasks("eval", cfg.train.eval_tasks)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     if comm.is_main:
-        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        atomic_write_text(out / "config.json",
+                          json.dumps(dataclasses.replace(cfg, out=str(out)).to_dict(), indent=2))
 
     def run_eval(step: int) -> dict:
         return evaluate(engine, fmt, spec, eval_tasks, cfg.train.eval_samples, params,
@@ -262,19 +298,16 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
 
     start_step, base, tokens_total = 0, None, 0
     metrics = MetricsLog(out / "metrics.jsonl")
-    if resume:
-        ckpt = checkpoint.find(resume)
-        state = checkpoint.load_state(ckpt)
-        from safetensors.torch import load_file
-
-        model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=False)
+    if found is not None:
+        ckpt, state, weights = found
+        model.load_state_dict(weights, strict=False)
         if learner.critic is not None and state.get("value_head") is not None:
             learner.critic.load_state_dict(state["value_head"])
         learner.optimizer.load_state_dict(state["optimizer"])
         start_step, base, tokens_total = state["step"], state["base_eval"], state["tokens_total"]
         last_eval = state.get("last_eval", base)  # the held-out check in force at the checkpoint
         if comm.is_main:
-            metrics.truncate_after(start_step)
+            metrics.truncate_after(start_step, on_torn=log)
         log(f"resumed from {ckpt} at step {start_step}")
     else:
         base = comm.on_main(run_eval, 0)
@@ -368,10 +401,9 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
         "model_path": model_path,
     }
     if comm.is_main:
-        tmp = out / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2))
-        tmp.replace(out / "summary.json")
-        plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png",
-                            title=f"{cfg.method} on {cfg.env.name}")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+        png = out / f".learning_curve.{os.getpid()}.tmp.png"
+        plot_learning_curve(out / "metrics.jsonl", png, title=f"{cfg.method} on {cfg.env.name}")
+        os.replace(png, out / "learning_curve.png")
     comm.close()
     return summary
