@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = {"math-l45", "deonticbench-airline", "deonticbench-sara-numeric",
             "deonticbench-sara-binary", "browsecomp-plus", "locbench", "tau2-retail", "gaia",
             "hle", "bfcl-multi-turn-base", "bfcl-multi-turn-miss-func",
-            "bfcl-multi-turn-miss-param", "bfcl-multi-turn-long-context", "search", "locate",
-            "rules", "math"}
+            "bfcl-multi-turn-miss-param", "bfcl-multi-turn-long-context", "search", "search-long",
+            "locate", "rules", "math"}
 
 
 @pytest.fixture

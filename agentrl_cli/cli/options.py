@@ -47,7 +47,9 @@ def load_config(config: Path | None, sets: list[str] | None, benchmark: str | No
             table = load_benchmarks()
         except ConfigError:
             table = {}
-        same = [b for b in table.values() if b.env == f["env.name"]]
+        # the entry named like the env first (`search`, not its variant `search-long`)
+        same = sorted((b for b in table.values() if b.env == f["env.name"]),
+                      key=lambda b: b.name != f["env.name"])
         presets = same[0].presets() if same else None
     return load(str(config) if config else None, sets, method=method, presets=presets, **f)
 
