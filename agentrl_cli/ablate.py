@@ -36,6 +36,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -168,9 +169,11 @@ def measure_budget(cfg: RunConfig) -> int:
     return sum(e.generated_tokens for e in eps)
 
 
-def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None]) -> int:
+def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None],
+                   timing: dict | None = None) -> int:
     """The sweep's budget: --budget, else the one recorded by an earlier run of this sweep, else
-    the base config's rollout.budget_tokens, else measured (see the module docstring)."""
+    the base config's rollout.budget_tokens, else measured (see the module docstring; the
+    measurement's wall seconds go to `timing["rollout_seconds"]`)."""
     rec = out / "ablation.json"
     old = json.loads(rec.read_text()).get("budget_tokens") if rec.is_file() else None
     if budget is not None:
@@ -183,7 +186,11 @@ def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable
     if base.rollout.budget_tokens > 0:
         return base.rollout.budget_tokens
     log("measuring the matched budget: one linear rollout step of the base config ...")
-    return measure_budget(base)
+    t0 = time.time()
+    tokens = measure_budget(base)
+    if timing is not None:
+        timing["rollout_seconds"] = time.time() - t0
+    return tokens
 
 
 # ----------------------------------------------------------------------------- running
@@ -203,7 +210,8 @@ def _train_args(sweep: Sweep, cell: Cell, seed: int) -> list[str]:
     if status(run) == "resumable":
         args = ["train", "--resume", str(run)]
     else:
-        args = ["train", "--method", cell.method, "--seed", str(seed), "--out", str(run)]
+        args = ["train", "--method", cell.method, "--seed", str(seed), "--out", str(run),
+                "--overwrite"]                # a run with no checkpoint starts over
         if sweep.config_file:
             args += ["--config", sweep.config_file]
         for s in sweep.cell_sets(cell):
@@ -228,13 +236,16 @@ def run_sweep(sweep: Sweep, jobs: int = 1, log: Callable[[str], None] = print) -
         log(f"skipping {len(skipped)} finished run(s)")
     ran, failed = [], []
     if jobs <= 1:
+        t0 = time.time()
         for i, (cell, seed) in enumerate(todo, 1):
             log(f"[{i}/{len(todo)}] {cell.name} seed {seed}")
             try:
-                s = _train_here(sweep, cell, seed)
+                s = _train_here(sweep, cell, seed, log)
                 ran.append((cell.name, seed))
+                left = (time.time() - t0) / i * (len(todo) - i)
                 log(f"  held-out success {s['base_success']:.3f} -> {s['final_success']:.3f}, "
-                    f"{s['tokens_generated']:,} tokens, {s['wall_seconds']:.0f}s")
+                    f"{s['tokens_generated']:,} tokens, {s['wall_seconds']:.0f}s"
+                    + (f"; sweep ETA {left / 60:.1f} min" if i < len(todo) else ""))
             except (ConfigError, KeyboardInterrupt):
                 raise
             except Exception as e:  # one failed cell must not lose the others
@@ -245,14 +256,35 @@ def run_sweep(sweep: Sweep, jobs: int = 1, log: Callable[[str], None] = print) -
     return {"ran": ran, "skipped": [(c.name, s) for c, s in skipped], "failed": failed}
 
 
-def _train_here(sweep: Sweep, cell: Cell, seed: int) -> dict:
+class StepLines:
+    """`train`'s progress hook in a sweep: one line per training step of the run."""
+
+    def __init__(self, label: str, log: Callable[[str], None]):
+        self.label, self.log = label, log
+
+    def start(self, total: int, done: int) -> None:
+        self.total, self.done0, self.t0 = total, done, time.time()
+
+    def update(self, step: int, row: dict, eval_success: float) -> None:
+        per = (time.time() - self.t0) / max(1, step - self.done0)
+        self.log(f"  {self.label} step {step}/{self.total}  reward {row['reward/mean']:.2f}  "
+                 f"held-out {eval_success:.3f}  {row['rollout/tokens']} tokens  "
+                 f"{row['time/step']:.1f}s  (run ETA {per * (self.total - step):.0f}s)")
+
+    def stop(self) -> None:
+        pass
+
+
+def _train_here(sweep: Sweep, cell: Cell, seed: int, log: Callable[[str], None] = lambda s: None) -> dict:
     from .config import load_saved
     from .train.loop import train
 
     run = sweep.run_dir(cell, seed)
+    steps = StepLines(f"{cell.name} seed {seed}", log)
     if status(run) == "resumable":
-        return train(load_saved(run), run, resume=str(run), log=lambda s: None)
-    return train(sweep.cell_config(cell, seed), run, log=lambda s: None)
+        return train(load_saved(run), run, resume=str(run), log=lambda s: None, progress=steps)
+    return train(sweep.cell_config(cell, seed), run, log=lambda s: None, progress=steps,
+                 overwrite=True)              # a run with no checkpoint starts over
 
 
 def _train_parallel(sweep: Sweep, todo, jobs: int, log) -> tuple[list, list]:
@@ -441,6 +473,59 @@ def record(sweep: Sweep, axes: list[Axis], preset: str | None) -> None:
     tmp.replace(sweep.out / "ablation.json")
 
 
+def warmup_warnings(configs: list[RunConfig]) -> list[str]:
+    """A cell whose recipe trains only its critic for `train.critic_warmup` steps never moves
+    its policy when train.steps does not exceed them: every such cell ends where it started."""
+    from .methods import METHODS
+
+    out = []
+    for cfg in configs:
+        w, s = cfg.train.critic_warmup, cfg.train.steps
+        if METHODS.get(cfg.method).critic and w > 0 and s <= w:
+            out.append(f"{cfg.method}: train.steps {s} does not exceed its critic warm-up "
+                       f"(train.critic_warmup {w}): the policy is never updated, so these "
+                       f"cells measure the base model; use --steps {w + 10} or more, or "
+                       f"--set train.critic_warmup=0")
+    return list(dict.fromkeys(out))
+
+
+def plan_lines(sweep: Sweep, configs: list[RunConfig], rollout_seconds: float | None,
+               jobs: int = 1) -> list[str]:
+    """What the sweep will do, before it starts: cells, seeds, steps, budget, a time estimate.
+
+    The estimate [our choice, rough]: a training step costs about twice its rollout (the update
+    about as much again), an evaluation what its episodes cost at the measured rate; from the
+    budget measurement's wall time when this invocation measured it, else from finished runs
+    of this sweep, else none."""
+    runs = len(sweep.cells) * len(sweep.seeds)
+    steps = sorted({c.train.steps for c in configs})
+    warm = {c.method: c.train.critic_warmup for c in configs if c.train.critic_warmup}
+    lines = [f"[bold]agentrl ablate[/] {len(sweep.cells)} cells x {len(sweep.seeds)} seed(s) = "
+             f"{runs} runs of {'/'.join(map(str, steps))} steps, budget "
+             f"{sweep.budget or 'uncapped'} tokens/step -> {sweep.out}",
+             "  cells: " + ", ".join(c.name for c in sweep.cells)
+             + f"; seeds {','.join(map(str, sweep.seeds))}"]
+    for m, w in warm.items():
+        lines.append(f"  {m}: the first {w} steps train only the critic (train.critic_warmup)")
+    est = None
+    if rollout_seconds:
+        per_run = 0.0
+        for c in configs:
+            r = c.rollout
+            evals = (c.train.steps // c.train.eval_every if c.train.eval_every else 0) + 2
+            eval_share = c.train.eval_tasks * c.train.eval_samples / max(1, r.tasks_per_step * r.group_size)
+            per_run += rollout_seconds * (2 * c.train.steps + evals * eval_share)
+        est = per_run / len(configs) * runs / max(1, min(jobs, runs))
+    else:
+        done = [json.loads(p.read_text()) for p in sweep.out.glob("cells/*/seed-*/summary.json")]
+        if done:
+            est = sum(d["wall_seconds"] for d in done) / len(done) * runs / max(1, min(jobs, runs))
+    lines.append(f"  time: about {est / 60:.0f} min in all (rough estimate; finished runs are skipped)"
+                 if est is not None else
+                 "  time: no estimate yet (each run prints a line per step with its ETA)")
+    return lines
+
+
 def summary_table(res: dict):
     """One row per cell: mean ± std over seeds of the final held-out success, the tokens
     generated in training, per step and per held-out question (the best success in bold green).
@@ -469,3 +554,184 @@ def summary_table(res: dict):
     t.caption = ("mean±std over seeds; tokens: generated in training; best held-out success in "
                  "bold green; per-value columns in summary.csv")
     return t
+
+
+# ----------------------------------------------------------------------------- what a method reads
+
+# Keys only a method with a critic reads (the trainer skips them otherwise).
+CRITIC_KEYS = frozenset({"algo.vf_coef", "algo.value_clip", "train.critic_warmup",
+                         "train.critic_lr", "model.critic", "model.critic_path"})
+# The registries whose entries make a method, by the config key that picks the entry.
+_PARTS = {"algo.estimator": ("ESTIMATORS", "PREPARERS"), "algo.controller": ("CONTROLLERS",),
+          "algo.loss": ("POLICY_LOSSES",)}
+_PKG = Path(__file__).resolve().parent
+
+
+class _Source:
+    """The package's source, parsed (never imported: `ablate --method focus --beta 0,1` must
+    fail in well under two seconds, before torch is loaded)."""
+
+    def __init__(self, root: Path = _PKG):
+        import ast
+
+        self.ast = ast
+        self.defs: dict[tuple[str, str], object] = {}     # (module, name) -> FunctionDef/ClassDef
+        self.names: dict[str, dict[str, tuple]] = {}       # module -> local name -> target
+        self.entries: dict[tuple[str, str], list] = {}     # (registry, entry) -> defs
+        for path in sorted(root.rglob("*.py")):
+            mod = ".".join(path.relative_to(root).with_suffix("").parts)
+            tree = ast.parse(path.read_text())
+            pkg = mod.rsplit(".", 1)[0] if "." in mod else ""
+            if path.name == "__init__.py":
+                mod = pkg = mod[: -len(".__init__")] if mod.endswith(".__init__") else ""
+            local: dict[str, tuple] = {}
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    self.defs[(mod, node.name)] = node
+                    local[node.name] = ("def", mod, node.name)
+                    for d in node.decorator_list:
+                        reg = self._registration(d)
+                        if reg:
+                            self.entries.setdefault(reg, []).append((mod, node))
+                elif isinstance(node, ast.ImportFrom) and node.level:
+                    base = pkg.split(".") if pkg else []
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    src = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                    for a in node.names:
+                        local[a.asname or a.name] = ("from", src, a.name)
+            self.names[mod] = local
+
+    def _registration(self, d) -> tuple[str, str] | None:
+        ast = self.ast
+        if (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "register"
+                and isinstance(d.func.value, ast.Name) and d.args
+                and isinstance(d.args[0], ast.Constant) and isinstance(d.args[0].value, str)):
+            return d.func.value.id, d.args[0].value
+        return None
+
+    def _resolve(self, mod: str, name: str, attr: str | None = None):
+        t = self.names.get(mod, {}).get(name)
+        if t is None:
+            return None
+        if t[0] == "def":
+            return (t[1], t[2]) if attr is None else None
+        src, what = t[1], t[2]
+        if attr is not None:   # `from . import batched` then `batched.f`
+            sub = f"{src}.{what}" if src else what
+            return (sub, attr) if (sub, attr) in self.defs else None
+        if (src, what) in self.defs:
+            return (src, what)
+        return self._resolve(src, what) if src in self.names and what in self.names[src] else None
+
+    def reads(self, registry: str, entry: str) -> set[str]:
+        """`algo.*` keys read by a registered entry and, transitively, by every package function
+        or class it names (`algo.X`, `ctx.algo.X`, `self.algo.X`)."""
+        ast = self.ast
+        keys: set[str] = set()
+        todo = [(m, n) for m, n in self.entries.get((registry, entry), [])]
+        seen: set[tuple[str, str]] = set()
+        while todo:
+            mod, node = todo.pop()
+            if (mod, node.name) in seen:
+                continue
+            seen.add((mod, node.name))
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute):
+                    v = sub.value
+                    if (isinstance(v, ast.Name) and v.id == "algo") or \
+                            (isinstance(v, ast.Attribute) and v.attr == "algo"):
+                        keys.add(f"algo.{sub.attr}")
+                    if isinstance(v, ast.Name) and isinstance(sub.ctx, ast.Load):
+                        target = self._resolve(mod, v.id, sub.attr)
+                        if target:
+                            todo.append((target[0], self.defs[target]))
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+                    target = self._resolve(mod, sub.id)
+                    if target and target != (mod, node.name):
+                        todo.append((target[0], self.defs[target]))
+        return keys
+
+
+_SOURCE: _Source | None = None
+
+
+def _source() -> _Source:
+    global _SOURCE
+    if _SOURCE is None:
+        _SOURCE = _Source()
+    return _SOURCE
+
+
+def method_reads(method: str, overrides: dict | None = None) -> frozenset[str]:
+    """The config keys a method's run reads among those that only some methods read: the
+    `algo.*` keys of its estimator (and the estimator's preparer), its controller and its
+    loss, derived from their source; the trainer's own `algo.*` keys; the critic's keys when
+    the recipe has a critic; and the keys its recipe sets. `overrides` (dotted key -> value)
+    replace the recipe's parts, e.g. `{"algo.controller": "vine"}`."""
+    from .methods import METHODS
+
+    recipe = METHODS.get(method)
+    parts = {**recipe.defaults, **(overrides or {})}
+    src = _source()
+    keys = set(_PARTS) | {"algo.agg", "algo.kl_coef"}                   # the trainer's (train/loop.py)
+    for key, registries in _PARTS.items():
+        name = str(parts.get(key, ""))
+        for reg in registries:
+            keys |= src.reads(reg, name)
+    keys |= {k for k in recipe.defaults if k.startswith("algo.") or k in CRITIC_KEYS}
+    if recipe.critic:
+        keys |= CRITIC_KEYS
+    return frozenset(keys)
+
+
+def method_specific(key: str) -> bool:
+    """Keys some methods ignore: `algo.*` and the critic's. Every other key (train.lr,
+    rollout.*, env.*, model.name, ...) is read by every method."""
+    return key.startswith("algo.") or key in CRITIC_KEYS
+
+
+def readers(key: str) -> list[str]:
+    """The methods whose recipe reads `key`."""
+    from .methods import METHODS
+
+    return [m for m in METHODS.names() if key in method_reads(m)]
+
+
+def check_sweep(methods: list[str], axes: list["Axis"], fixed: dict | None = None) -> None:
+    """Every swept method-specific key must be read by every method of the sweep (else the
+    cells would be identical runs): ConfigError naming the methods that do read it. `fixed`:
+    the base config's dotted overrides (`--config`, `--set`), which may swap a method's parts."""
+    parts = {k: v for k, v in (fixed or {}).items() if k in _PARTS}
+    for m in methods:
+        for axis in axes:
+            for label, sets in axis.values:
+                over = {**parts, **dict(s.split("=", 1) for s in sets if s.split("=", 1)[0] in _PARTS)}
+                reads = method_reads(m, over)
+                for s in sets:
+                    key = s.split("=", 1)[0]
+                    if method_specific(key) and key not in reads:
+                        who = readers(key)
+                        raise ConfigError(
+                            f"{m} does not read {key}, so sweeping it gives identical cells; "
+                            + (f"methods that read it: {', '.join(who)} (--method {who[0]})"
+                               if who else "no method reads it"))
+
+
+def default_methods(axes: list["Axis"], default: str) -> tuple[list[str], str | None]:
+    """No method chosen: the default method if it reads every swept key, else the one method
+    that does (with a line saying so); several or none: ConfigError."""
+    keys = [s.split("=", 1)[0] for a in axes for _, sets in a.values for s in sets]
+    keys = [k for k in dict.fromkeys(keys) if method_specific(k)]
+    if all(k in method_reads(default) for k in keys):
+        return [default], None
+    from .methods import METHODS
+
+    fit = [m for m in METHODS.names() if all(k in method_reads(m) for k in keys)]
+    swept = ", ".join(keys)
+    if len(fit) == 1:
+        return fit, (f"{swept}: read only by {fit[0]}, so this sweep runs {fit[0]} "
+                     f"(the default method, {default}, ignores it)")
+    if not fit:
+        raise ConfigError(f"no method reads all of {swept}; sweep them in separate ablations")
+    raise ConfigError(f"{default} (the default method) does not read {swept}; methods that do: "
+                      f"{', '.join(fit)}; choose with --method")

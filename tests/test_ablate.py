@@ -190,7 +190,7 @@ def test_bad_sweeps_fail_before_running(tmp_path):
 
 
 def test_a_failed_run_is_reported_and_the_others_still_summarised(tmp_path, monkeypatch):
-    def fake(sweep, cell, seed):
+    def fake(sweep, cell, seed, log=None):
         if cell.name.endswith("=1"):
             raise RuntimeError("env exploded")
         run = sweep.run_dir(cell, seed)
@@ -208,3 +208,105 @@ def test_a_failed_run_is_reported_and_the_others_still_summarised(tmp_path, monk
     rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
     assert [(x["cell"], x["final_success_mean"]) for x in rows] == [("grpo_kl_coef=0", "0.25"),
                                                                     ("grpo_kl_coef=1", "")]
+
+
+# ------------------------------------------------------------------ sweeps that cannot waste time
+
+
+def _fake_run(calls=None, interrupt_at=None):
+    def fake(sweep, cell, seed, log=lambda s: None):
+        if calls is not None:
+            calls.append((cell.name, seed))
+        if interrupt_at is not None and len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        run = sweep.run_dir(cell, seed)
+        run.mkdir(parents=True, exist_ok=True)
+        s = {"final_success": 0.25, "tokens_generated": 100, "final_tokens_per_question": 5.0,
+             "base_success": 0.1, "wall_seconds": 1.0}
+        (run / "summary.json").write_text(json.dumps(s))
+        return s
+    return fake
+
+
+def test_method_reads_is_derived_from_the_recipes_parts():
+    assert AB.readers("algo.beta") == ["mpo"]
+    assert AB.readers("algo.kappa") == ["focus"]
+    assert sorted(AB.readers("algo.lam")) == ["mpo", "ppo"]
+    assert "algo.vine_k" in AB.method_reads("vineppo") and "algo.vine_k" not in AB.method_reads("grpo")
+    # swapping a part changes what is read: grpo with the vine controller reads vine_k
+    assert "algo.vine_k" in AB.method_reads("grpo", {"algo.controller": "vine"})
+    # transitively: trace's preparer reads the teacher-forced answer template
+    assert "algo.trace_answer" in AB.method_reads("trace")
+    assert "train.critic_warmup" in AB.method_reads("ppo") and "train.critic_warmup" not in AB.method_reads("grpo")
+
+
+def test_sweeping_a_key_the_method_ignores_is_one_line_and_fast(tmp_path):
+    code = ("import sys, time; t = time.time()\n"
+            "from typer.testing import CliRunner\n"
+            "from agentrl_cli.cli.main import app\n"
+            "r = CliRunner().invoke(app, ['ablate', '--method', 'focus', '--beta', '0,1'])\n"
+            "print(r.exit_code, 'torch' in sys.modules, round(time.time() - t, 2))\n"
+            "print(r.output)\n")
+    import subprocess
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    head, msg = p.stdout.split("\n", 1)
+    code_, torch_loaded, secs = head.split()
+    assert code_ == "2" and torch_loaded == "False", p.stdout + p.stderr
+    assert "mpo" in msg and "algo.beta" in msg and len(msg.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bare_beta_runs_mpo_and_says_so_first(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(AB, "_train_here", _fake_run(calls))
+    r = runner.invoke(app, ["ablate", "--beta", "0,1", "--out", str(tmp_path), "--budget", "10",
+                            *_sets()])
+    assert r.exit_code == 0, r.output
+    assert "mpo" in r.output.strip().splitlines()[0]
+    assert [c for c, _ in calls] == ["mpo_beta=0", "mpo_beta=1"]
+    r = runner.invoke(app, ["ablate", "--lam", "0.5,1", "--out", str(tmp_path / "l"), "--budget", "10"])
+    assert r.exit_code == 2 and "mpo, ppo" in r.output
+
+
+def test_a_typo_in_a_swept_value_fails_before_the_budget_is_measured(tmp_path, monkeypatch):
+    def no(cfg):
+        raise AssertionError("measured the budget")
+    monkeypatch.setattr(AB, "measure_budget", no)
+    r = runner.invoke(app, ["ablate", "--kappa", "1,x", "--out", str(tmp_path), *_sets()])
+    assert r.exit_code == 2 and "algo.kappa expects" in r.output, r.output
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--grid", "algo.lam_intra=0.9,zero",
+                            "--out", str(tmp_path), *_sets()])
+    assert r.exit_code == 2 and "algo.lam_intra expects" in r.output, r.output
+
+
+def test_plan_warmup_warning_and_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr(AB, "_train_here", _fake_run([]))
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--steps", "2",
+                            "--out", str(tmp_path), "--budget", "10", "--seeds", "2"])
+    assert r.exit_code == 0, r.output
+    assert "warning" in r.output and "critic warm-up" in r.output and "--steps 20" in r.output
+    assert "2 cells x 2 seed(s) = 4 runs of 2 steps" in r.output
+    assert "cells: mpo_beta=0, mpo_beta=1" in r.output and "time:" in r.output
+    lines = []
+    p = AB.StepLines("mpo_beta=0 seed 0", lines.append)
+    p.start(3, 0)
+    p.update(1, {"reward/mean": 0.5, "rollout/tokens": 120, "time/step": 1.0}, 0.2)
+    assert lines and "step 1/3" in lines[0] and "held-out 0.200" in lines[0] and "ETA" in lines[0]
+
+
+def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(AB, "_train_here", _fake_run(calls, interrupt_at=2))
+    out = tmp_path / "sw"
+    r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--out", str(out),
+                            "--budget", "10", *_sets()])
+    assert r.exit_code == 130
+    hint = r.output.strip().splitlines()[-1]
+    assert "--resume" not in hint and "Resume with: agentrl ablate" in hint
+    import shlex
+    args = shlex.split(hint.split("Resume with: ", 1)[1])[1:]
+    calls.clear()
+    monkeypatch.setattr(AB, "_train_here", _fake_run(calls))
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "skipping 1 finished" in r.output and calls == [("mpo_beta=1", 0)]

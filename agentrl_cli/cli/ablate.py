@@ -1,6 +1,8 @@
 """agentrl ablate: sweeps over config keys, methods and seeds at a matched budget."""
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -20,12 +22,33 @@ def _values(text: str, what: str) -> list[str]:
     return vals
 
 
+def _resume_command(methods, axes, preset, seeds, budget, out, config, sets, seed, jobs) -> str:
+    """The command that continues this sweep: same cells, seeds and budget, same --out."""
+    args = ["agentrl", "ablate", "--method", ",".join(methods)]
+    if preset:
+        args += ["--preset", preset]
+    for a in axes if not preset else []:
+        args += ["--grid", f"{a.name}=" + ",".join(label for label, _ in a.values)]
+    args += ["--seeds", str(seeds)]
+    if seed is not None:
+        args += ["--seed", str(seed)]
+    if budget is not None:
+        args += ["--budget", str(budget)]
+    if jobs > 1:
+        args += ["--jobs", str(jobs)]
+    if config:
+        args += ["--config", str(config)]
+    for s in sets:
+        args += ["--set", s]
+    return " ".join(shlex.quote(a) for a in [*args, "--out", str(out)])
+
+
 @user_errors
 def ablate_cmd(
-    method: Annotated[Optional[str], typer.Option("--method", "-m", help="Comma list of methods (a sweep axis), e.g. grpo,vineppo,focus.")] = None,
-    beta: Annotated[Optional[str], typer.Option("--beta", help="Sweep algo.beta, e.g. 0,0.5,1.")] = None,
-    kappa: Annotated[Optional[str], typer.Option("--kappa", help="Sweep algo.kappa, e.g. 0.5,1,2.")] = None,
-    lam: Annotated[Optional[str], typer.Option("--lam", help="Sweep algo.lam, e.g. 0.6,0.8,0.85.")] = None,
+    method: Annotated[Optional[str], typer.Option("--method", "-m", help="Comma list of methods (a sweep axis), e.g. grpo,vineppo,focus. Default: the configured method, or the one method that reads the swept keys.")] = None,
+    beta: Annotated[Optional[str], typer.Option("--beta", help="Sweep algo.beta (MPO), e.g. 0,0.5,1.")] = None,
+    kappa: Annotated[Optional[str], typer.Option("--kappa", help="Sweep algo.kappa (FOCUS), e.g. 0.5,1,2.")] = None,
+    lam: Annotated[Optional[str], typer.Option("--lam", help="Sweep algo.lam (PPO, MPO), e.g. 0.6,0.8,0.85.")] = None,
     grid: Annotated[Optional[list[str]], typer.Option("--grid", help="Sweep any key: --grid algo.lam_intra=0.9,0.95 (repeatable).")] = None,
     preset: Annotated[Optional[str], typer.Option("--preset", help="A paper's ablation: refinement, workspace, compaction-style (FOCUS), turn-ratio (MPO), trace-k (TRACE).")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per cell (base seed, +1, ...).", min=1)] = 1,
@@ -38,23 +61,23 @@ def ablate_cmd(
     seed: SeedOpt = None,
 ):
     """Sweep config keys, methods and seeds: one `agentrl train` run per cell and seed; a rerun skips finished runs. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""  # noqa: E501
-    from ..ablate import PRESETS, Axis, Sweep, collect, plan, record, resolve_budget, run_sweep, \
-        write_results, summary_table
-    from ..config import ConfigError
+    from .. import ablate as AB
+    from ..config import RunConfig, ConfigError, _check_key, parse_sets, read_yaml
+    from ..methods import METHODS
 
     console = Console()
     log = lambda s: console.print(s, highlight=False)  # noqa: E731
     base_sets = list(set_ or []) + ([f"train.steps={steps}"] if steps is not None else [])
-    base = load_config(config, base_sets, seed=seed)
-    axes: list[Axis] = []
+    fixed = {**(read_yaml(config) if config else {}), **parse_sets(base_sets)}
+    # 1. what is swept (cheap checks first: nothing heavy is imported before they pass)
+    axes: list[AB.Axis] = []
     methods = None
     if preset is not None:
-        p = PRESETS.get(preset)
-        axes += p.axes(base)
+        p = AB.PRESETS.get(preset)
         methods = list(p.methods)
     for key, text in (("algo.beta", beta), ("algo.kappa", kappa), ("algo.lam", lam)):
         if text is not None:
-            axes.append(Axis.key(key, _values(text, f"--{key.split('.')[1]}")))
+            axes.append(AB.Axis.key(key, _values(text, f"--{key.split('.')[1]}")))
     for g in grid or []:
         if "=" not in g:
             raise ConfigError(f"--grid expects key=v1,v2, got '{g}'")
@@ -63,26 +86,50 @@ def ablate_cmd(
         if key == "method":
             methods = _values(text, "--grid method")
             continue
-        axes.append(Axis.key(key, _values(text, f"--grid {key}")))
+        _check_key(key)
+        axes.append(AB.Axis.key(key, _values(text, f"--grid {key}")))
     if method is not None:
         methods = _values(method, "--method")
-    methods = methods or [base.method]
+    for m in methods or []:
+        METHODS.get(m)  # an unknown name: one line listing the valid ones
     if len({a.name for a in axes}) != len(axes):
         raise ConfigError("the same key is swept twice")
-    cells = plan(methods, axes)
+    if methods is None and "method" not in fixed:
+        methods, why = AB.default_methods(axes, RunConfig.method)
+        if why:
+            log(f"[bold]agentrl ablate[/]: {why}")
+    methods = methods or [str(fixed["method"])]
+    AB.check_sweep(methods, axes, fixed)
+    # 2. the base config and every cell's, before any model is loaded or rollout run
+    base = load_config(config, base_sets, seed=seed)
+    if preset is not None:
+        axes = AB.PRESETS.get(preset).axes(base) + axes
+        AB.check_sweep(methods, axes, fixed)
+    cells = AB.plan(methods, axes)
     out = out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
     seed_list = [base.seed + i for i in range(seeds)]
-    sweep = Sweep(out, cells, seed_list, str(config) if config else None, base_sets)
-    sweep.budget = resolve_budget(out, base, budget, log)
-    for c in cells:  # every cell's config is valid before anything runs
-        sweep.cell_config(c, seed_list[0])
-    record(sweep, axes, preset)
-    log(f"[bold]agentrl ablate[/] {len(cells)} cells x {seeds} seed(s) = {len(cells) * seeds} runs, "
-        f"budget {sweep.budget} tokens/step -> {out}")
-    res = run_sweep(sweep, jobs=jobs, log=log)
-    summary = collect(sweep)
-    write_results(summary, out)
-    console.print(summary_table(summary))
+    sweep = AB.Sweep(out, cells, seed_list, str(config) if config else None, base_sets)
+    configs = [sweep.cell_config(c, seed_list[0]) for c in cells]   # a bad value: exit 2 here
+    for w in AB.warmup_warnings(configs):
+        log(f"[yellow]warning[/]: {w}")
+    resume = _resume_command(methods, axes, preset, seeds, budget, out, config, base_sets, seed, jobs)
+    try:
+        # 3. the matched budget, the plan, the runs
+        timing: dict = {}
+        sweep.budget = AB.resolve_budget(out, base, budget, log, timing)
+        resume = _resume_command(methods, axes, preset, seeds, sweep.budget, out, config,
+                                 base_sets, seed, jobs)
+        AB.record(sweep, axes, preset)
+        for line in AB.plan_lines(sweep, configs, timing.get("rollout_seconds"), jobs):
+            log(line)
+        res = AB.run_sweep(sweep, jobs=jobs, log=log)
+    except KeyboardInterrupt:
+        print(f"interrupted; finished runs are kept and a run with a checkpoint resumes. "
+              f"Resume with: {resume}", file=sys.stderr)
+        raise typer.Exit(130)
+    summary = AB.collect(sweep)
+    AB.write_results(summary, out)
+    console.print(AB.summary_table(summary))
     log(f"results: {out / 'summary.csv'} · {out / 'summary.json'} · {out / 'learning_curves.png'} · "
         f"{out / 'final_vs_param.png'}")
     if res["failed"]:
