@@ -114,7 +114,9 @@ class AlgoConfig:
     eps_high: float = 0.2
     """Upper clip range of the importance ratio (DAPO clip-higher: 0.28)."""
     agg: str = "token-mean"
-    """Loss aggregation: token-mean | seq-mean."""
+    """Loss aggregation: token-mean | seq-mean | token-sum-norm (Dr. GRPO: masked sum / (episodes x agg_norm))."""
+    agg_norm: int = 0
+    """token-sum-norm: the constant divisor per episode (0: the run's per-episode generation cap, min(env.max_turns x rollout.max_new_tokens, rollout.max_tokens))."""
     kl_coef: float = 0.0
     """Weight of the k3 KL penalty to the frozen reference model."""
     std_normalize: bool = True
@@ -238,6 +240,13 @@ class RunConfig:
     def episodes_per_step(self) -> int:
         return self.rollout.tasks_per_step * self.rollout.group_size
 
+    @property
+    def agg_norm(self) -> int:
+        """token-sum-norm's divisor per episode: algo.agg_norm, else the most tokens one
+        episode can generate (TRL's max_completion_length for a multi-turn episode)."""
+        return self.algo.agg_norm or min(self.env.max_turns * self.rollout.max_new_tokens,
+                                         self.rollout.max_tokens)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -253,7 +262,7 @@ _POSITIVE = {
 _NON_NEGATIVE = {
     "train.steps", "train.eval_every", "train.save_every", "train.grad_clip", "train.weight_decay",
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
-    "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps",
+    "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps", "algo.agg_norm",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
     "train.logprob_chunk", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
     "train.critic_warmup",
@@ -261,7 +270,7 @@ _NON_NEGATIVE = {
 _UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {
     "context.style": ("free", "structured"),
-    "algo.agg": ("token-mean", "seq-mean"),
+    "algo.agg": ("token-mean", "seq-mean", "token-sum-norm"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.critic": ("head", "detached", "separate"),
     "model.device": ("auto", "cpu", "cuda"),

@@ -7,24 +7,33 @@ the project's fixed metric names (`clipfrac`, `kl/approx`, ...).
 
 Aggregation (`agg`):
 - "token-mean": sum over all valid tokens of the batch / number of valid tokens (DAPO; default);
-- "seq-mean":   mean over rows (with at least one valid token) of each row's token mean.
+- "seq-mean":   mean over rows (with at least one valid token) of each row's token mean;
+- "token-sum-norm": sum over all valid tokens / (rows x `norm`), a constant `norm` per row
+  (Dr. GRPO: no length normalisation; TRL's `loss_type="dr_grpo"` with `norm` =
+  `max_completion_length`). Every row counts in `rows`, empty ones included, as in TRL.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-AGG_MODES = ("token-mean", "seq-mean")
+AGG_MODES = ("token-mean", "seq-mean", "token-sum-norm")
 
 
-def aggregate(per_token: Tensor, mask: Tensor, agg: str = "token-mean") -> Tensor:
+def aggregate(per_token: Tensor, mask: Tensor, agg: str = "token-mean",
+              norm: float | None = None) -> Tensor:
     """Reduce per-token values [B, L] to a scalar over the valid tokens (see module docstring).
 
     Rows without valid tokens are left out of "seq-mean"; an all-empty batch gives 0.
+    "token-sum-norm" needs `norm` (> 0), the constant divisor per row.
     """
     mask = mask.to(per_token.dtype)
     if agg == "token-mean":
         return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    if agg == "token-sum-norm":
+        if norm is None or norm <= 0:
+            raise ValueError("aggregation 'token-sum-norm' needs norm > 0 (the per-row constant)")
+        return (per_token * mask).sum() / (per_token.shape[0] * norm)
     if agg == "seq-mean":
         tokens = mask.sum(dim=1)
         row_mean = (per_token * mask).sum(dim=1) / tokens.clamp(min=1)
@@ -39,13 +48,13 @@ def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 
 def _clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
-                       eps_high: float, agg: str) -> tuple[Tensor, Tensor]:
+                       eps_high: float, agg: str, norm: float | None = None) -> tuple[Tensor, Tensor]:
     """Per-token `-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)` aggregated; also the
     indicator [B, L] of tokens where the clipped branch is active (no gradient)."""
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
-    return aggregate(per_token, mask, agg), (clipped > unclipped)
+    return aggregate(per_token, mask, agg, norm), (clipped > unclipped)
 
 
 def _policy_stats(log_ratio: Tensor, ratio: Tensor, clip_active: Tensor, mask: Tensor) -> dict:
@@ -72,7 +81,7 @@ def _token_advantages(advantages: Tensor, like: Tensor) -> Tensor:
 
 def ppo_clip_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor,
                   eps_low: float = 0.2, eps_high: float = 0.2,
-                  agg: str = "token-mean") -> tuple[Tensor, dict]:
+                  agg: str = "token-mean", norm: float | None = None) -> tuple[Tensor, dict]:
     """PPO clipped surrogate with per-token ratios (GRPO, DAPO, PPO; METHODS §1).
 
     logp_new, logp_old, mask: [B, L]; advantages: [B, L] (or [B], broadcast to tokens).
@@ -84,13 +93,13 @@ def ppo_clip_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: 
     advantages = _token_advantages(advantages, logp_new)
     log_ratio = logp_new - logp_old
     ratio = torch.exp(log_ratio)
-    loss, clip_active = _clipped_surrogate(ratio, advantages, mask, eps_low, eps_high, agg)
+    loss, clip_active = _clipped_surrogate(ratio, advantages, mask, eps_low, eps_high, agg, norm)
     return loss, _policy_stats(log_ratio.detach(), ratio, clip_active, mask)
 
 
 def gspo_loss(logp_new: Tensor, logp_old: Tensor, seq_advantages: Tensor, mask: Tensor,
               eps_low: float = 3e-4, eps_high: float = 4e-4,
-              agg: str = "seq-mean") -> tuple[Tensor, dict]:
+              agg: str = "seq-mean", norm: float | None = None) -> tuple[Tensor, dict]:
     """GSPO: one clipped importance ratio per sequence (METHODS §1).
 
     logp_new, logp_old, mask: [B, L]; seq_advantages: [B] or [B, L] (GRPO advantages).
@@ -109,7 +118,7 @@ def gspo_loss(logp_new: Tensor, logp_old: Tensor, seq_advantages: Tensor, mask: 
     seq_log_ratio = (log_ratio * m).sum(1) / m.sum(1).clamp(min=1)
     log_s = seq_log_ratio.detach()[:, None] + logp_new - logp_new.detach()
     ratio = torch.exp(log_s)
-    loss, clip_active = _clipped_surrogate(ratio, advantages, mask, eps_low, eps_high, agg)
+    loss, clip_active = _clipped_surrogate(ratio, advantages, mask, eps_low, eps_high, agg, norm)
     return loss, _policy_stats(log_ratio.detach(), ratio, clip_active, mask)
 
 
@@ -140,7 +149,7 @@ def turn_ratio(logp_new: Tensor, logp_old: Tensor, turn_id: Tensor,
 
 def turn_ratio_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, turn_index: Tensor,
                     mask: Tensor, eps_low: float = 0.2, eps_high: float = 0.2,
-                    agg: str = "token-mean") -> tuple[Tensor, dict]:
+                    agg: str = "token-mean", norm: float | None = None) -> tuple[Tensor, dict]:
     """MPO clipped loss with the turn-level ratio (METHODS §3).
 
     logp_new, logp_old, advantages, mask: [B, L]; turn_index: [B, L] long, the turn of each
@@ -155,7 +164,7 @@ def turn_ratio_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, turn
     rows = torch.arange(B, device=turn_index.device)[:, None]
     turn_id = torch.where(valid, rows * width + turn_index, turn_index.new_full((), -1))
     ratio = turn_ratio(logp_new.reshape(-1), logp_old.reshape(-1), turn_id.reshape(-1)).reshape(B, L)
-    loss, clip_active = _clipped_surrogate(ratio, advantages, mask, eps_low, eps_high, agg)
+    loss, clip_active = _clipped_surrogate(ratio, advantages, mask, eps_low, eps_high, agg, norm)
     return loss, _policy_stats((logp_new - logp_old).detach(), ratio, clip_active, mask)
 
 

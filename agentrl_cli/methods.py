@@ -32,9 +32,11 @@ _add(Recipe(
 ))
 
 _add(Recipe(
-    "dr_grpo", "GRPO without the std division (Dr. GRPO), token-mean PPO-clip",
+    "dr_grpo", "GRPO without the std division (Dr. GRPO), PPO-clip summed over tokens / a constant",
+    # token-sum-norm: masked sum / (episodes x algo.agg_norm), the divisor being the run's
+    # per-episode generation cap when agg_norm is 0 (TRL's loss_type="dr_grpo")
     {"algo.estimator": "dr_grpo", "algo.std_normalize": False, "algo.loss": "ppo_clip",
-     "algo.controller": "linear"},
+     "algo.controller": "linear", "algo.agg": "token-sum-norm"},
 ))
 _add(Recipe(
     "rloo", "leave-one-out baseline R_i - mean_{j!=i} R_j, token-mean PPO-clip",

@@ -201,3 +201,54 @@ def test_kl_k3_nonnegative():
     assert torch.all(losses.kl_k3(logp_new, logp_new, mask) == 0)
     d = float(logp_old[0, 0] - logp_new[0, 0])
     assert float(kl[0, 0]) == pytest.approx(math.exp(d) - d - 1)
+
+
+def test_token_sum_norm_is_trls_dr_grpo_loss():
+    """`token-sum-norm` = masked sum / (rows x norm), TRL's loss_type="dr_grpo" with norm =
+    max_completion_length; empty rows still count as rows (TRL divides by size(0))."""
+    g = torch.Generator().manual_seed(3)
+    per_token = torch.randn(5, 9, generator=g)
+    mask = (torch.rand(5, 9, generator=g) < 0.6).float()
+    mask[2] = 0.0
+    trl = (per_token * mask).sum() / (per_token.size(0) * 32)
+    torch.testing.assert_close(losses.aggregate(per_token, mask, "token-sum-norm", norm=32), trl)
+    # unlike token-mean it does not depend on how many tokens the batch has
+    longer = torch.cat([mask, torch.ones(5, 4)], 1), torch.cat([per_token, torch.zeros(5, 4)], 1)
+    torch.testing.assert_close(losses.aggregate(longer[1], longer[0], "token-sum-norm", norm=32), trl)
+    with pytest.raises(ValueError):
+        losses.aggregate(per_token, mask, "token-sum-norm")
+
+
+def test_token_sum_norm_micro_batches_give_the_one_batch_gradient():
+    """Rows split into micro-batches, each loss weighted by its share of rows (what the trainer
+    does for per-row aggregations), give the gradient of the whole batch."""
+    g = torch.Generator().manual_seed(5)
+    B, L = 6, 11
+    logp_old = -torch.rand(B, L, generator=g)
+    adv = torch.randn(B, L, generator=g)
+    mask = (torch.rand(B, L, generator=g) < 0.7).float()
+    base = logp_old + 0.1 * torch.randn(B, L, generator=g)
+    whole = base.clone().requires_grad_(True)
+    loss, _ = losses.ppo_clip_loss(whole, logp_old, adv, mask, agg="token-sum-norm", norm=24)
+    loss.backward()
+    split = base.clone().requires_grad_(True)
+    total = 0.0
+    for rows in ([0, 1], [2, 3, 4], [5]):
+        part, _ = losses.ppo_clip_loss(split[rows], logp_old[rows], adv[rows], mask[rows],
+                                       agg="token-sum-norm", norm=24)
+        total = total + part * len(rows) / B
+    total.backward()
+    torch.testing.assert_close(total, loss)
+    torch.testing.assert_close(split.grad, whole.grad)
+    assert float(whole.grad.abs().sum()) > 0
+
+
+def test_dr_grpo_recipe_divides_by_the_runs_generation_cap():
+    from agentrl_cli import config
+
+    cfg = config.load(method="dr_grpo")
+    assert cfg.algo.agg == "token-sum-norm" and cfg.algo.agg_norm == 0
+    assert cfg.agg_norm == min(cfg.env.max_turns * cfg.rollout.max_new_tokens, cfg.rollout.max_tokens)
+    cfg = config.load(method="dr_grpo", sets=["env.max_turns=3", "rollout.max_new_tokens=8"])
+    assert cfg.agg_norm == 24
+    assert config.load(method="dr_grpo", sets=["algo.agg_norm=100"]).agg_norm == 100

@@ -110,7 +110,7 @@ def test_microbatches_pack_by_token_budget():
     assert (len(groups), padded) == (4, 716)
 
 
-@pytest.mark.parametrize("method", ["grpo", "ppo"])
+@pytest.mark.parametrize("method", ["grpo", "ppo", "dr_grpo"])
 def test_memory_lean_step_equals_plain_step(method):
     """Chunked log-probs + activation checkpointing + sink_sdpa + several micro-batches (gradient
     accumulation) give the plain step's loss and gradients (unchunked, no checkpointing, one

@@ -158,7 +158,7 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
 
 def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     """PPO-style epochs x minibatches over the frozen batch; micro-batches accumulate grads."""
-    algo, tr = cfg.algo, cfg.train
+    algo, tr = dataclasses.replace(cfg.algo, agg_norm=cfg.agg_norm), cfg.train  # 0 -> the run's cap
     policy_loss = POLICY_LOSSES.get(algo.loss)
     learner.model.train()
     critic_mode(learner.critic, True)
@@ -195,7 +195,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                 total = loss.detach() * 0.0 if critic_only else loss * weight
                 if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
                     kl = losses.aggregate(losses.kl_k3(lp, m.ref_logprobs, m.response_mask),
-                                          m.response_mask, algo.agg)
+                                          m.response_mask, algo.agg, algo.agg_norm)
                     total = total + algo.kl_coef * kl * weight
                     st["kl/ref"] = kl.detach()
                 if values is not None and m.returns is not None:

@@ -1,6 +1,7 @@
 """Policy-loss registry: `loss(logp_new [b, L], micro_batch, algo) -> (loss, stats)`.
 
-Each entry routes a micro-batch to a pure function of `losses.py`.
+Each entry routes a micro-batch to a pure function of `losses.py`. `algo.agg_norm` reaches them
+resolved (the trainer passes `RunConfig.agg_norm`, never 0).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ POLICY_LOSSES: Registry[Callable] = Registry("loss")
 @POLICY_LOSSES.register("ppo_clip")
 def _ppo_clip(lp, m, algo):
     return losses.ppo_clip_loss(lp, m.old_logprobs, m.advantages, m.response_mask,
-                                algo.eps_low, algo.eps_high, algo.agg)
+                                algo.eps_low, algo.eps_high, algo.agg, algo.agg_norm)
 
 
 @POLICY_LOSSES.register("gspo")
@@ -29,4 +30,5 @@ def _gspo(lp, m, algo):
 @POLICY_LOSSES.register("turn_ratio")
 def _turn_ratio(lp, m, algo):
     return losses.turn_ratio_loss(lp, m.old_logprobs, m.advantages, m.turn_index,
-                                  m.response_mask, algo.eps_low, algo.eps_high, algo.agg)
+                                  m.response_mask, algo.eps_low, algo.eps_high, algo.agg,
+                                  algo.agg_norm)
