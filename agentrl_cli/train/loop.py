@@ -186,7 +186,8 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
             stats: dict[str, float] = {}
             for micro in microbatches(mbatch, tr.max_tokens_per_microbatch):
                 m = trim(mbatch.select(micro)).to(device)
-                # token-mean: micro-batch mean x its share of tokens = the minibatch token mean
+                # token-mean: micro-batch mean x its share of tokens = the minibatch token mean;
+                # seq-mean, token-sum-norm: per-row terms, so the micro-batch's share of rows
                 weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
                           else len(micro) / n_rows)
                 lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
