@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -72,7 +71,7 @@ class RolloutConfig:
     engine: str = "hf"
     """Generation engine: hf | vllm."""
     tasks_per_step: int = 8
-    """Distinct tasks per training step."""
+    """Distinct tasks per training step (tasks x group_size x max_tokens: at most 2^31)."""
     group_size: int = 8
     """Episodes per task (G)."""
     temperature: float = 1.0
@@ -267,6 +266,22 @@ _NON_NEGATIVE = {
     "train.logprob_chunk", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
     "train.critic_warmup",
 }
+# Upper bounds on sizes that can only be mistakes (`--set rollout.group_size=1e9` would fail
+# much later with MemoryError); `describe()` (the config reference) lists each with its field.
+_CAPS = {
+    "rollout.group_size": 1024, "rollout.tasks_per_step": 65_536, "rollout.batch_size": 65_536,
+    "rollout.max_new_tokens": 2**20, "rollout.max_tokens": 2**20, "rollout.workers": 4096,
+    "rollout.budget_tokens": 10**12, "train.steps": 10**7, "train.eval_tasks": 10**6,
+    "train.eval_samples": 4096, "train.ppo_epochs": 1000, "train.minibatches": 65_536,
+    "train.max_tokens_per_microbatch": 2**24, "train.logprob_chunk": 2**24,
+    "train.critic_warmup": 10**7, "algo.vine_k": 1024, "algo.trace_k": 1024,
+    "algo.dynamic_rounds": 1000, "algo.focus_roots": 1024, "algo.focus_max_inflight": 1024,
+    "env.max_turns": 10_000, "env.n_entities": 10**6, "env.n_train": 10**7, "env.n_eval": 10**6,
+    "env.min_hops": 100, "env.max_hops": 100, "model.tiny_warmup_steps": 10**7,
+    "context.threshold_tokens": 2**20,
+}
+# episodes x tokens of one step's batch tensors ([episodes, max_tokens] per field)
+BATCH_CELLS_CAP = 2**31
 _UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
 _CHOICES = {
     "context.style": ("free", "structured"),
@@ -291,6 +306,13 @@ def _validate(cfg: RunConfig) -> None:
     for key in _NON_NEGATIVE:
         if flat[key] < 0:
             raise ConfigError(f"{key} must be >= 0, got {flat[key]}")
+    for key, cap in _CAPS.items():
+        if flat[key] > cap:
+            raise ConfigError(f"{key} must be <= {cap:,} (its documented cap), got {flat[key]:,}")
+    cells = cfg.episodes_per_step * cfg.rollout.max_tokens
+    if cells > BATCH_CELLS_CAP:
+        raise ConfigError(f"rollout.tasks_per_step x rollout.group_size x rollout.max_tokens = "
+                          f"{cells:,} exceeds 2^31 (one step's batch would not fit in memory)")
     for key in _UNIT:
         if not 0.0 <= flat[key] <= 1.0:
             raise ConfigError(f"{key} must be in [0, 1], got {flat[key]}")
@@ -403,8 +425,10 @@ def _coerce(key: str, value: Any) -> Any:
 def _check_key(key: str) -> None:
     if key in LEAF_TYPES:
         return
-    close = difflib.get_close_matches(key, list(LEAF_TYPES), n=1, cutoff=0.5)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    from .registry import suggest
+
+    close = suggest(key, list(LEAF_TYPES))
+    hint = f" (did you mean '{close}'?)" if close else ""
     raise ConfigError(f"unknown config key '{key}'{hint}")
 
 
@@ -426,10 +450,20 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     import yaml
 
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a folder; give a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
+    raw = p.read_bytes()
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{p} is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line})") from None
+    try:
+        data = yaml.load(text, Loader=_unique_key_loader()) or {}
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -445,10 +479,37 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
                 walk(v, key + ".")
             else:
                 _check_key(key)
+                if key in flat:           # `train.lr: x` and `train: {lr: y}` in one file
+                    raise ConfigError(f"{p}: key '{key}' is given twice")
                 flat[key] = v
 
     walk(data, "")
     return flat
+
+
+def _unique_key_loader():
+    """yaml's SafeLoader, except that a key given twice in one mapping is a one-line error
+    (plain YAML keeps the last one silently)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a name, "
+                                  f"got {type(key).__name__}")
+            if key in seen:
+                raise ConfigError(f"key '{key}' is given twice (lines {seen[key]} and "
+                                  f"{key_node.start_mark.line + 1})")
+            seen[key] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return Loader
 
 
 def build(overrides: dict[str, Any]) -> RunConfig:
@@ -519,8 +580,22 @@ def check_names(cfg: RunConfig) -> None:
     m = cfg.model.name
     if m != "tiny" and not Path(m).expanduser().is_dir():
         hub_like = m.count("/") == 1 and not m.startswith((".", "/", "~"))
-        if not hub_like:
+        if Path(m).expanduser().exists() or not hub_like:
             raise ConfigError(f"model not found: '{m}' is neither 'tiny', a local folder, nor a hub id")
+    for key, path in (("model.name", m), ("model.critic_path", cfg.model.critic_path)):
+        check_model_folder(key, path)
+
+
+def check_model_folder(key: str, path: str) -> None:
+    """A local folder given as a model must be one (a Hugging Face folder with config.json)."""
+    p = Path(path).expanduser()
+    if not path or path == "tiny" or not p.is_dir():
+        return
+    if (p / "checkpoints").is_dir() or (p / "metrics.jsonl").is_file():
+        raise ConfigError(f"{key}: {path} is a run folder, not a model; load its newest "
+                          f"checkpoint with --checkpoint {path}")
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"{key}: {path} is a folder but not a model (no Hugging Face config.json)")
 
 
 def describe() -> list[tuple[str, str, str]]:
@@ -544,7 +619,10 @@ def describe() -> list[tuple[str, str, str]]:
             if dataclasses.is_dataclass(v):
                 walk(type(v), f"{prefix}{f.name}.")
             else:
-                rows.append((f"{prefix}{f.name}", repr(v), docs.get(f.name, "")))
+                key, text = f"{prefix}{f.name}", docs.get(f.name, "")
+                if key in _CAPS:
+                    text += f" At most {_CAPS[key]:,}."
+                rows.append((key, repr(v), text))
 
     walk(RunConfig, "")
     return rows
@@ -566,6 +644,12 @@ def load_saved(run_dir: str | Path, sets: list[str] | None = None) -> RunConfig:
             else:
                 flat[f"{prefix}{k}"] = v
 
-    walk(json.loads(p.read_text()), "")
+    try:
+        saved = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p} is damaged ({type(e).__name__}); it cannot be resumed") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{p} is damaged (not a JSON object); it cannot be resumed")
+    walk(saved, "")
     flat.update(parse_sets(sets))
     return build(flat)

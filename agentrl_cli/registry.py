@@ -1,10 +1,41 @@
 """One generic registry for methods, estimators, losses, controllers, envs and engines."""
 from __future__ import annotations
 
-import difflib
 from typing import Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
+    neighbouring characters each cost 1 (so `gpro` is 1 from `grpo`)."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def suggest(name: str, names) -> str | None:
+    """The valid name nearest to a mistyped one by edit distance (ties: the earlier name), if
+    it is near enough to be a typo: at most a third of the longer name's length, at least 1.
+    Case is ignored; a dotted key is also matched on its last part (`train.lr` for `lr`)."""
+    low = name.lower()
+    best, best_d = None, None
+    for cand in names:
+        c = cand.lower()
+        d = min(edit_distance(low, c),
+                edit_distance(low, c.rsplit(".", 1)[-1]) + (0 if "." not in low else 99))
+        if best_d is None or d < best_d:
+            best, best_d = cand, d
+    if best is None or best_d > max(1, max(len(name), len(best.rsplit(".", 1)[-1])) // 3):
+        return None
+    return best
 
 
 class RegistryError(KeyError):
@@ -49,8 +80,8 @@ class Registry(Generic[T]):
             self._items[name] = self._lazy.pop(name)()
             return self._items[name]
         names = self.names()
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        close = suggest(name, names)
+        hint = f" (did you mean '{close}'?)" if close else ""
         raise RegistryError(f"unknown {self.kind} '{name}'{hint}; valid: {', '.join(names)}")
 
     def names(self) -> list[str]:

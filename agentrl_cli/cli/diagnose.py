@@ -30,6 +30,15 @@ def _run_config(run_dir: Path | None, config, sets, **flags):
     return load_config(config, sets, **flags)
 
 
+def _check_outputs(png: Path, json_path: Path | None) -> None:
+    """The figure and JSON paths are writable files, checked before any work."""
+    from ..train.run_folder import check_output_file
+
+    check_output_file(png, "--png")
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+
+
 def _outputs(console: Console, png: Path, json_path: Path | None, data: dict) -> None:
     from ..diagnostics.report import write_json
 
@@ -71,6 +80,7 @@ def audit_tree_cmd(
     from ..diagnostics.audit import AuditSpec, SyntheticWorld, run_audit
     from ..diagnostics.report import audit_json, audit_tables, plot_audit
 
+    _check_outputs(png or Path("audit_tree.png"), json_path)
     console = Console()
     run_dir = None
     if checkpoint is not None:
@@ -141,6 +151,7 @@ def critic_rank_cmd(
     from ..diagnostics.critic_rank import critic_rank
     from ..diagnostics.report import critic_rank_table, plot_critic_rank
 
+    _check_outputs(png or run / "critic_rank.png", json_path)
     console = Console()
     cfg = _run_config(run, config, set_, seed=seed)
     res = critic_rank(cfg, run, episodes, continuations, seed=0 if seed is None else seed,
@@ -168,6 +179,7 @@ def variance_cmd(
     from ..diagnostics.variance import variance_report
     from ..train.checkpoint import find
 
+    _check_outputs(png or Path("variance.png"), json_path)
     console = Console()
     ckpt = find(checkpoint)
     cfg = _run_config(ckpt.parent.parent, config, set_, seed=seed)
@@ -192,8 +204,9 @@ def tool_calls_cmd(
     from ..diagnostics.report import plot_tool_calls, tool_calls_table
     from ..diagnostics.tool_calls import tool_call_trend
 
+    _check_outputs(png or run / "tool_calls.png", json_path)
     console = Console()
-    res = tool_call_trend(run, window, drop)
+    res = tool_call_trend(run, window, drop, log=lambda s: console.print(s, highlight=False))
     console.print(tool_calls_table(res))
     png = png or run / "tool_calls.png"
     plot_tool_calls(res, png)

@@ -36,6 +36,9 @@ def eval_cmd(
     n = n if n is not None else pass_k
     if n < pass_k:
         raise ConfigError(f"--n ({n}) must be >= --pass-k ({pass_k})")
+    if json_path is not None:             # before the work, so results are never lost at the end
+        from ..train.run_folder import check_output_file
+        check_output_file(json_path, "--json")
     if checkpoint is not None:
         from ..train.checkpoint import find
         model = str(find(checkpoint))
@@ -46,6 +49,6 @@ def eval_cmd(
     Console().print(eval_table(res, f"{name} on {cfg.env.name} (held-out)"))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = json_path.with_suffix(".tmp")
+        tmp = json_path.with_name(f".{json_path.name}.tmp")
         tmp.write_text(json.dumps(res, indent=2))
         tmp.replace(json_path)

@@ -33,9 +33,12 @@ def rollout_cmd(
     """Roll out episodes and write them as JSONL. Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
     from ..rollout.collect import collect
 
+    from ..config import ConfigError
+    from ..train.run_folder import check_output_file
+
     if policy not in ("model", "expert"):
-        from ..config import ConfigError
         raise ConfigError(f"--policy must be model or expert, got '{policy}'")
+    check_output_file(out)
     if checkpoint is not None:
         from ..train.checkpoint import find
         model = str(find(checkpoint))

@@ -12,7 +12,7 @@ first stretch of at least `window` consecutive steps whose mean tool calls all s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..config import ConfigError
 
@@ -48,20 +48,26 @@ def detect_collapse(steps: Sequence[int], tool_calls: Sequence[float], success: 
     return None
 
 
-def tool_call_trend(run: Path, window: int = 5, drop: float = 0.5) -> dict:
-    """Per-step tool calls and success of a run, their trailing means, and the collapse verdict."""
+def tool_call_trend(run: Path, window: int = 5, drop: float = 0.5,
+                    log: Callable[[str], None] | None = None) -> dict:
+    """Per-step tool calls and success of a run, their trailing means, and the collapse verdict.
+    A torn last line of metrics.jsonl (a run killed mid-write) is dropped and reported to `log`."""
     from ..reporting.metrics import read_metrics
 
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
         raise ConfigError(f"no metrics.jsonl in {run}")
-    rows = [r for r in read_metrics(path) if "rollout/tool_calls" in r]
+    try:
+        all_rows = read_metrics(path, on_torn=log)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    rows = [r for r in all_rows if "rollout/tool_calls" in r and "step" in r]
     if not rows:
         raise ConfigError(f"{path} has no training steps with rollout/tool_calls")
     steps = [r["step"] for r in rows]
     tc = [float(r["rollout/tool_calls"]) for r in rows]
     su = [float(r.get("success", 0.0)) for r in rows]
-    ev = {r["step"]: r["eval/tool_calls"] for r in read_metrics(path) if "eval/tool_calls" in r}
+    ev = {r["step"]: r["eval/tool_calls"] for r in all_rows if "eval/tool_calls" in r and "step" in r}
     return {"run": str(run), "window": window, "drop": drop, "steps": steps, "tool_calls": tc,
             "success": su, "tool_calls_mean": trailing_mean(tc, window),
             "success_mean": trailing_mean(su, window),

@@ -14,7 +14,6 @@ are under `$AGENTRL_DATA` (default `./data`).
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib.util
 import json
@@ -163,8 +162,10 @@ def get_benchmark(name: str) -> Benchmark:
     table = load_benchmarks()
     if name in table:
         return table[name]
-    close = difflib.get_close_matches(name, list(table), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    from ..registry import suggest
+
+    close = suggest(name, list(table))
+    hint = f" (did you mean '{close}'?)" if close else ""
     raise ConfigError(f"unknown benchmark '{name}'{hint}; valid: {', '.join(table)}")
 
 

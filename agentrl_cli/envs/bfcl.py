@@ -497,10 +497,12 @@ class BfclSpec:
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split == "train":
-            raise ConfigError(f"{self.name} has only an eval split (BFCL is a test suite); "
-                              "train on another env or use --split eval")
+            raise ConfigError(f"{self.name} has only an eval split (BFCL is a test suite): it "
+                              "cannot train a model or build the tiny one; train on another env, "
+                              "and evaluate or roll out here with a model folder (--model) or "
+                              "--policy expert")
         if split != "eval":
-            raise ValueError(f"unknown split '{split}'; valid: eval")
+            raise ConfigError(f"unknown split '{split}'; valid: eval")
         return list(self._tasks if n is None else self._tasks[:n])
 
     def expert(self, env: BfclEnv, rng: random.Random, error_rate: float = 0.0) -> str:

@@ -372,7 +372,7 @@ class LocateSpec:
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in ("train", "eval"):
-            raise ValueError(f"unknown split '{split}'; valid: train, eval")
+            raise ConfigError(f"unknown split '{split}'; valid: train, eval")
         all_tasks = _tasks(self.seed, self.n_files, self.min_hops, self.max_hops,
                            self.n_train, self.n_eval, self.repos)[split]
         return list(all_tasks if n is None else all_tasks[:n])

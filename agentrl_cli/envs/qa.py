@@ -16,6 +16,7 @@ import random
 import string
 from typing import Any
 
+from ..config import ConfigError
 from .base import StepResult, Task
 
 __all__ = ["QAEnv", "QASpec", "VERIFIERS", "extract_answer", "extract_boxed", "verify"]
@@ -143,7 +144,7 @@ class QASpec:
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in self._tasks:
-            raise ValueError(f"unknown split '{split}'; valid: {', '.join(self._tasks)}")
+            raise ConfigError(f"unknown split '{split}'; valid: {', '.join(self._tasks)}")
         out = self._tasks[split]
         return list(out if n is None else out[:n])
 

@@ -23,6 +23,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import ConfigError
 from .base import ENVS, Task
 from .calls import CallEnv
 
@@ -432,7 +433,7 @@ class SearchSpec:
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in self.splits:
-            raise ValueError(f"unknown split '{split}'; valid: {', '.join(self.splits)}")
+            raise ConfigError(f"unknown split '{split}'; valid: {', '.join(self.splits)}")
         all_tasks = _tasks(self.seed, self.n_entities, self.min_hops, self.max_hops,
                            self.n_train, self.n_eval, self.relations)[split]
         return list(all_tasks if n is None else all_tasks[:n])

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -90,15 +91,63 @@ def tiny_path(recipe: TinyRecipe) -> Path:
     return cache_root() / f"tiny-{recipe.env}-{recipe.key()}"
 
 
+BUILD_LOCK = ".building"      # held (flock) by a live builder inside its temp folder
+_BUILD_TMP = re.compile(r"^tiny-[^.]+\.[a-z0-9_]{8}$")
+
+
+def clean_stale_builds(root: Path | None = None, log: Callable[[str], None] = print,
+                       max_age_s: float = 86_400.0) -> list[Path]:
+    """Remove the temp folders (`tiny-*.xxxxxxxx`) of builds whose builder is gone: its lock is
+    free (the kernel releases it when the process dies, however it dies), or, for a folder
+    without a lock (older builds), it is older than `max_age_s`. A live build is left alone."""
+    import fcntl
+
+    root = cache_root() if root is None else Path(root)
+    removed = []
+    for p in root.glob("tiny-*.*") if root.is_dir() else []:
+        if not _BUILD_TMP.match(p.name) or not p.is_dir() or p.is_symlink():
+            continue
+        lock = p / BUILD_LOCK
+        if lock.is_file():
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)              # a live builder
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+            os.close(fd)
+        elif time.time() - p.stat().st_mtime > max_age_s:
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            continue
+        removed.append(p)
+    if removed:
+        log(f"removed {len(removed)} unfinished tiny-model build(s) from {root}: "
+            + ", ".join(p.name for p in removed))
+    return removed
+
+
 def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
-    """Return the folder of the tiny model, building it (once) if absent."""
+    """Return the folder of the tiny model, building it (once) if absent. The build runs in a
+    temp folder that holds a lock while it lives and is renamed into place when done; builds
+    killed half-way are removed here (`clean_stale_builds`)."""
+    import fcntl
+
     path = tiny_path(recipe)
+    clean_stale_builds(path.parent, log)
     if (path / "recipe.json").is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    fd = os.open(tmp / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         build_tiny(recipe, tmp, log)
+        (tmp / BUILD_LOCK).unlink()       # not part of the model; still held through fd
         try:
             os.replace(tmp, path)  # atomic publish; a concurrent builder may have won
         except OSError:
@@ -106,6 +155,7 @@ def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(fd)
     return path
 
 

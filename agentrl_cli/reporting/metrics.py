@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Callable
 
 
 class MetricsLog:
@@ -10,12 +12,18 @@ class MetricsLog:
         self.path = Path(path)
 
     def reset(self) -> None:
-        self.path.write_text("")
+        self._replace("")
 
-    def truncate_after(self, step: int) -> None:
-        """On resume: drop rows a crashed run wrote after its last checkpoint."""
-        rows = read_metrics(self.path) if self.path.exists() else []
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
+    def truncate_after(self, step: int, on_torn: Callable[[str], None] | None = None) -> None:
+        """On resume: drop rows a crashed run wrote after its checkpoint (and a torn last line)."""
+        rows = read_metrics(self.path, on_torn) if self.path.exists() else []
+        self._replace("".join(json.dumps(r) + "\n" for r in rows if r.get("step", 0) <= step))
+
+    def _replace(self, text: str) -> None:
+        """The whole file at once (temp file + rename): a kill leaves the old or the new one."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.path)
 
     def write(self, row: dict) -> None:
         with self.path.open("a") as f:
@@ -23,8 +31,25 @@ class MetricsLog:
             f.flush()
 
 
-def read_metrics(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_metrics(path: Path, on_torn: Callable[[str], None] | None = None) -> list[dict]:
+    """The rows of a metrics.jsonl. A torn last line (a write cut short by a kill) is dropped and
+    reported through `on_torn`; a damaged line before the last is a ValueError (one line)."""
+    lines = [(i, line) for i, line in enumerate(
+        Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1) if line.strip()]
+    rows = []
+    for j, (i, line) in enumerate(lines):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            if j == len(lines) - 1:
+                if on_torn is not None:
+                    on_torn(f"{path}: dropped a torn last line {i} (a write cut short)")
+                break
+            raise ValueError(f"{path}: line {i} is not a JSON object (the file is damaged)") from None
+        rows.append(row)
+    return rows
 
 
 def plot_learning_curve(metrics_path: Path, png: Path, title: str = "") -> None:
