@@ -107,6 +107,8 @@ def ablate_cmd(
         AB.check_sweep(methods, axes, fixed)
     cells = AB.plan(methods, axes)
     out = out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
+    from ..train.run_folder import check_output_dir
+    check_output_dir(out)                 # a file or an unwritable place: before any run
     seed_list = [base.seed + i for i in range(seeds)]
     sweep = AB.Sweep(out, cells, seed_list, str(config) if config else None, base_sets)
     configs = [sweep.cell_config(c, seed_list[0]) for c in cells]   # a bad value: exit 2 here
