@@ -208,6 +208,8 @@ class TrainConfig:
     """Samples per held-out task in training-time evaluations."""
     save_every: int = 10
     """Checkpoint every N steps (0: only at the end)."""
+    log: str = ""
+    """Metric sinks besides metrics.jsonl, comma-separated: tensorboard (<run>/tensorboard/, needs the `tensorboard` extra) | wandb (mode from WANDB_MODE, e.g. offline); empty: none."""
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,12 @@ def _validate(cfg: RunConfig) -> None:
     if cells > BATCH_CELLS_CAP:
         raise ConfigError(f"rollout.tasks_per_step x rollout.group_size x rollout.max_tokens = "
                           f"{cells:,} exceeds 2^31 (one step's batch would not fit in memory)")
+    from .reporting.sinks import parse as parse_sinks
+
+    try:
+        parse_sinks(cfg.train.log)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for key in _UNIT:
         if not 0.0 <= flat[key] <= 1.0:
             raise ConfigError(f"{key} must be in [0, 1], got {flat[key]}")

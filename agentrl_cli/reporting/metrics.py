@@ -8,8 +8,14 @@ from typing import Callable
 
 
 class MetricsLog:
-    def __init__(self, path: Path):
+    """metrics.jsonl, plus the sinks named in `sinks` (train.log: tensorboard, wandb; see
+    `reporting.sinks`), which get every row written. They open at the first row written, so a
+    resumed run's TensorBoard drops the events a crashed run wrote after that step."""
+
+    def __init__(self, path: Path, sinks: str = "", config: dict | None = None):
         self.path = Path(path)
+        self.sink_spec, self.config = sinks, config
+        self.sinks: list | None = None
 
     def reset(self) -> None:
         self._replace("")
@@ -29,6 +35,18 @@ class MetricsLog:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
             f.flush()
+        if self.sinks is None:
+            from .sinks import open_sinks
+
+            self.sinks = open_sinks(self.sink_spec, self.path.parent, self.config,
+                                    first_step=int(row.get("step", 0)))
+        for s in self.sinks:
+            s.write(row)
+
+    def close(self) -> None:
+        for s in self.sinks or []:
+            s.close()
+        self.sinks = None
 
 
 def read_metrics(path: Path, on_torn: Callable[[str], None] | None = None) -> list[dict]:

@@ -298,7 +298,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
                         seed=step_seed(cfg.seed, step, salt=3))
 
     start_step, base, tokens_total = 0, None, 0
-    metrics = MetricsLog(out / "metrics.jsonl")
+    metrics = MetricsLog(out / "metrics.jsonl", sinks=cfg.train.log, config=cfg.to_dict())
     if found is not None:
         ckpt, state, weights = found
         model.load_state_dict(weights, strict=False)
@@ -406,5 +406,6 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
         png = out / f".learning_curve.{os.getpid()}.tmp.png"
         plot_learning_curve(out / "metrics.jsonl", png, title=f"{cfg.method} on {cfg.env.name}")
         os.replace(png, out / "learning_curve.png")
+        metrics.close()
     comm.close()
     return summary
