@@ -55,11 +55,14 @@ def train_cmd(
         out_dir = default_out(cfg)
         cfg = dataclasses.replace(cfg, out=str(out_dir))
     console = Console(quiet=int(os.environ.get("RANK", "0")) > 0)  # torchrun: rank 0 speaks
-    console.print(f"[bold]agentrl train[/] method={cfg.method} env={cfg.env.name} model={cfg.model.name} "
-                  f"seed={cfg.seed} -> {out_dir}", highlight=False)
+
+    def header() -> None:                 # once the run folder passed its checks
+        console.print(f"[bold]agentrl train[/] method={cfg.method} env={cfg.env.name} "
+                      f"model={cfg.model.name} seed={cfg.seed} -> {out_dir}", highlight=False)
+
     summary = train(cfg, out_dir, resume=str(resume) if resume else None,
                     log=lambda s: console.print(s, highlight=False), progress=TrainProgress(console),
-                    overwrite=overwrite)
+                    overwrite=overwrite, ready=header)
     console.print(summary_table(summary))
     console.print(f"summary: {out_dir / 'summary.json'} · curve: {out_dir / 'learning_curve.png'}",
                   highlight=False)

@@ -160,12 +160,15 @@ def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
         if why is None:
             try:
                 state, weights = load_state(c), load_file(str(c / WEIGHTS_FILE))
-                return c, state, weights
             except Exception as e:  # an older checkpoint without a manifest, cut short
                 why = f"does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        log(f"skipping damaged checkpoint {c}: {why}")
-        damaged.append(f"{c.name}: {why}")
+            else:
+                for d, w in damaged:
+                    log(f"skipping damaged checkpoint {d}: {w}")
+                return c, state, weights
+        damaged.append((c, why))
     if damaged:
-        raise ConfigError(f"no usable checkpoint in {p} ({'; '.join(damaged)}); start over with "
-                          "--overwrite")
+        raise ConfigError(f"no usable checkpoint in {p} ("
+                          + "; ".join(f"{d.name}: {w}" for d, w in damaged)
+                          + "); start over with --overwrite")
     return None

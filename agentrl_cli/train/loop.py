@@ -237,10 +237,12 @@ def step_budget(cfg: RunConfig, base: dict) -> int:
 
 
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
-          log: Callable[[str], None] = print, progress=None, overwrite: bool = False) -> dict:
+          log: Callable[[str], None] = print, progress=None, overwrite: bool = False,
+          ready: Callable[[], None] | None = None) -> dict:
     """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json).
     `resume`: the run folder `out` itself or one of its checkpoints; `overwrite`: start afresh
-    in a folder that holds a run (see `run_folder`)."""
+    in a folder that holds a run (see `run_folder`); `ready()` is called once the folder and
+    the checkpoint to resume from have passed their checks, before any model is loaded."""
     t_start = time.time()
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
@@ -250,7 +252,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     # the run folder first (lock, no silent overwrite, leftovers removed), before any work
     folder = RunFolder.open(out, resume=bool(resume), overwrite=overwrite, log=log) if comm.is_main else None
     try:
-        return _train(cfg, out, resume, log, progress, comm, t_start)
+        return _train(cfg, out, resume, log, progress, comm, t_start, ready)
     finally:
         if folder is not None:
             folder.close()
@@ -272,12 +274,15 @@ def _resume_state(cfg: RunConfig, resume: str, log: Callable[[str], None]):
     return found
 
 
-def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start) -> dict:
+def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
+           ready) -> dict:
     found = _resume_state(cfg, resume, log) if resume and comm.is_main else None
     if resume:                            # the other ranks load the checkpoint rank 0 chose
         where = comm.on_main(lambda: str(found[0]) if found else "")
         if where and not comm.is_main:
             found = checkpoint.load_for_resume(where, log)
+    if ready is not None:
+        ready()
     torch.manual_seed(cfg.seed)
     model, tok, fmt, model_path = comm.first(lambda: load_policy(cfg, log))
     spec = make_spec(cfg)
