@@ -41,8 +41,10 @@ class Episode:
     finish: str = ""              # "answer" | "max_turns" | "max_tokens" | "env_error"
     num_tool_calls: int = 0       # turns the env parsed as a tool call (not the final answer)
     generated_tokens: int = 0     # policy tokens generated (= sum(response_mask))
-    answer: str = ""              # gold answer (for TRACE / reports)
+    answer: str = ""              # gold answer (for TRACE / reports); `gold_answer` in to_json()
     meta: dict = field(default_factory=dict)
+    question: str = ""            # the task's opening user message (its question / issue / case)
+    model_answer: str = ""        # what the policy answered when it ended with an answer ("" else)
     context: str = ""             # context operator that managed the episode ("" = none)
     window_prefix: int = 0        # tokens every context window sees (the task prompt; operators only)
     window_starts: list[int] = field(default_factory=list)  # token index where each context window
@@ -54,6 +56,11 @@ class Episode:
         return len(self.turns)
 
     def to_json(self) -> dict:
+        """JSONL form: the question, the model's answer and the gold answer first, by those
+        names, then every other field."""
         d = asdict(self)
+        head = {"task_id": d.pop("task_id"), "question": d.pop("question"),
+                "model_answer": d.pop("model_answer"), "gold_answer": d.pop("answer"),
+                "success": d.pop("success")}
         d["num_turns"] = self.num_turns
-        return d
+        return {**head, **d}

@@ -129,6 +129,7 @@ class CallEnv:
             obs, error = self.malformed, True
         elif tool == "answer":
             info.update(self._answer(arg))
+            info.setdefault("answer", arg)          # the model's answer, as the env read it
             obs, reward, terminated = "", (1.0 if info["success"] else 0.0), True
         else:
             obs, error = self._tool(tool, arg)

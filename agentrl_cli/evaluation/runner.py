@@ -1,6 +1,8 @@
 """Evaluation: n samples per held-out task -> pass@k, pass^k, mean@1, tokens per question."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..engines.hf import SamplingParams
@@ -22,11 +24,18 @@ def ks_up_to(k_max: int) -> list[int]:
 
 def evaluate(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[Task], n: int,
              params: SamplingParams, max_tokens: int, batch_size: int, seed: int,
-             k_max: int = 1) -> dict:
-    """Roll out `n` samples for each task; metrics are averaged over tasks."""
+             k_max: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Roll out `n` samples for each task; metrics are averaged over tasks. `progress(done,
+    total)` is called after each batch of episodes (the batches `run_episodes` would make, with
+    the same generator, so the episodes do not depend on it)."""
     gen = torch.Generator().manual_seed(seed)
     pairs = [(t, i) for i, t in enumerate(tasks) for _ in range(n)]
-    eps = run_episodes(engine, fmt, spec, pairs, params, max_tokens, batch_size, gen)
+    eps = []
+    for b in range(0, len(pairs), max(1, batch_size)):
+        eps += run_episodes(engine, fmt, spec, pairs[b:b + batch_size], params, max_tokens,
+                            batch_size, gen)
+        if progress is not None:
+            progress(len(eps), len(pairs))
     counts = [(n, sum(e.success for e in eps if e.group == i)) for i in range(len(tasks))]
     ks = ks_up_to(min(k_max, n))
     agg = aggregate_pass(counts, ks)
@@ -41,8 +50,10 @@ def evaluate(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[Task], n: int,
     }
 
 
-def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False) -> dict:
-    """`agentrl eval`'s library function: load the policy from config and evaluate it."""
+def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False,
+             seed: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
+    """`agentrl eval`'s library function: load the policy from config and evaluate it on the
+    first `n_tasks` held-out tasks, `n` samples each (sampling seed: `seed`, else cfg.seed)."""
     from ..engines.hf import ENGINES
     from ..models.loading import load_policy
     from ..train.loop import make_spec
@@ -53,4 +64,5 @@ def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False) -> dic
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens,
                             greedy=greedy)
     return evaluate(engine, fmt, spec, spec.tasks("eval", n_tasks), n, params,
-                    cfg.rollout.max_tokens, cfg.rollout.batch_size, seed=cfg.seed, k_max=k_max)
+                    cfg.rollout.max_tokens, cfg.rollout.batch_size,
+                    seed=cfg.seed if seed is None else seed, k_max=k_max, progress=progress)

@@ -39,6 +39,7 @@ def new_episode(task: Task, group: int, prompt_ids: list[int]) -> Episode:
     return Episode(task_id=task.task_id, group=group, token_ids=list(prompt_ids),
                    response_mask=[0] * n, logprobs=[0.0] * n, turn_index=[-1] * n,
                    segment_starts=[], segment_index=[-1] * n, answer=task.answer,
+                   question=task.prompt,
                    meta={"hops": task.meta.get("hops")} if "hops" in task.meta else {})
 
 
@@ -97,6 +98,8 @@ def step_env(live: _Live, turn: Turn) -> StepResult | None:
         ep.reward = float(res.reward)
         ep.success = bool(res.info.get("success", res.reward > 0))
         ep.finish = "answer" if res.terminated else "max_turns"
+        if res.terminated:   # the env's reading of the final answer, else the message itself
+            ep.model_answer = str(res.info.get("answer", turn.action))
         return None
     return res
 
