@@ -29,7 +29,8 @@ from ..config import ConfigError
 
 LOCK = ".lock"
 # what a run writes, and all that --overwrite removes
-RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "learning_curve.png", "checkpoints")
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "learning_curve.png", "checkpoints",
+             "tensorboard", "wandb", "wandb_id")          # the last three: train.log sinks
 
 
 def atomic_write_text(path: Path, text: str) -> None:
