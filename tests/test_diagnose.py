@@ -17,7 +17,7 @@ from agentrl_cli.diagnostics import audit as A
 from agentrl_cli.diagnostics.critic_rank import ranks, spearman
 from agentrl_cli.diagnostics.tool_calls import detect_collapse, trailing_mean
 from agentrl_cli.diagnostics.variance import decompose, summarize
-from agentrl_cli.rollout import focus as focus_mod
+from agentrl_cli.rollout import planner as focus_mod
 
 from conftest import MICRO
 
@@ -41,9 +41,25 @@ def test_latent_tree_values_are_exact_backups():
     assert sum(draws) / len(draws) == pytest.approx(t.value[0], abs=0.015)
 
 
-def test_simulation_bookkeeping_and_incremental_refine():
+def _own_leaves(tree, nd):
+    """Leaves whose path is an own sample of `nd`: it created nd, or was launched from nd (a
+    path's origin is the deepest node on it that another path created; the root for roots)."""
+    out = []
+    for x in tree.nodes:
+        if not x.terminal or nd.id not in tree.ancestry(x.id):
+            continue
+        ids = tree.paths[x.path][:-1]
+        others = [i for i in ids if tree.nodes[i].path != x.path]
+        origin = others[-1] if others else 0
+        if nd.id == x.id or nd.path == x.path or origin == nd.id:
+            out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("evidence", ["own", "subtree"])
+def test_simulation_bookkeeping_and_incremental_refine(evidence):
     """Counts after a run agree with the paths; the incremental backup equals refine_values."""
-    spec = A.AuditSpec(max_budget=40, roots=2, capacity=3, seeds=1)
+    spec = A.AuditSpec(max_budget=40, roots=2, capacity=3, seeds=1, evidence=evidence)
     world = A.SyntheticWorld.make(3, tasks=3, grow=True)
     sim = A.AuditSim(world, A.make_critic("random"), "focus", spec, seed=0)
     curve = sim.run()
@@ -53,11 +69,18 @@ def test_simulation_bookkeeping_and_incremental_refine():
         assert all(nd.inflight == 0 and nd.own_inflight == 0 for nd in tree.nodes)
         n_leaves = sum(nd.terminal for nd in tree.nodes)
         leaves += n_leaves
-        assert tree.nodes[0].n == n_leaves
-        assert sum(nd.launched for nd in tree.nodes) == n_leaves - spec.roots
-        for nd in tree.nodes:  # n and cbar of every node = its leaves below
-            below = [x for x in tree.nodes if x.terminal and nd.id in tree.ancestry(x.id)]
+        launched = sum(nd.launched for nd in tree.nodes)
+        assert launched == n_leaves - spec.roots
+        if evidence == "subtree":
+            assert tree.nodes[0].n == n_leaves
+        else:   # the root's own samples: its root episodes and the continuations launched from it
+            assert tree.nodes[0].n == spec.roots + tree.nodes[0].launched
+        for nd in tree.nodes:  # n and cbar of every node = its own samples' (subtree: all leaves below)
+            below = ([x for x in tree.nodes if x.terminal and nd.id in tree.ancestry(x.id)]
+                     if evidence == "subtree" else _own_leaves(tree, nd))
             assert nd.n == len(below) and nd.csum == pytest.approx(sum(x.reward for x in below))
+            if evidence == "own" and not nd.terminal and nd.n and nd.id != 0:
+                assert nd.n == 1 + nd.launched       # the creating path + its continuations
         # the incremental backup is exactly credit.refine_values on the whole tree
         parent = [nd.parent for nd in tree.nodes]
         _, vt = refine_values(parent, [nd.reward for nd in tree.nodes],

@@ -129,9 +129,9 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
                 assert nd.own_inflight == sum(p.origin == nd.id and p.continuation
                                               for p in self.active if p.tree is t)
 
-    def launch(self, tree, node):
+    def launch(self, plan, node):
         n_rows = self.kv.n
-        orig_launch(self, tree, node)
+        orig_launch(self, plan, node)
         p = self.paths[-1]
         seen["forks" if p.feed == [] else "prefills"] += 1
         assert self.kv.n == n_rows + 1
@@ -309,7 +309,7 @@ def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
 
 
 def test_focus_depths_counts_launched_continuations_per_depth(tmp_path):
-    """benchmarks/focus_depths.py (the session-6 allocation measurement) on a hand-made tree."""
+    """benchmarks/focus_depths.py (the allocation measurement in docs/results.md) on a hand-made tree."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(

@@ -4,6 +4,7 @@ mid-step, and weights synced to the workers."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import torch
 from agentrl_cli import config
 from agentrl_cli.config import ConfigError
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
-from agentrl_cli.rollout import focus as focus_mod
+from agentrl_cli.rollout import planner as focus_mod
 from agentrl_cli.rollout import workers as W
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
@@ -42,8 +43,8 @@ def _same(ref, res, trees=True):
     if trees:
         for ta, tb in zip(ref.extras["trees"], res.extras["trees"]):
             assert ta.to_json()["paths"] == tb.to_json()["paths"]
-            assert [(n.parent, n.position, n.launched, n.n) for n in ta.nodes] == \
-                   [(n.parent, n.position, n.launched, n.n) for n in tb.nodes]
+            assert [(n.parent, n.position, n.launched, n.n, n.csum, n.inflight) for n in ta.nodes] == \
+                   [(n.parent, n.position, n.launched, n.n, n.csum, n.inflight) for n in tb.nodes]
             for na, nb in zip(ta.nodes, tb.nodes):
                 assert (na.v is None) == (nb.v is None)
                 if na.v is not None:
@@ -75,11 +76,13 @@ def test_scheduler_builds_the_in_process_trees(micro_policy, focus_case, ticks):
     _same(ref, res)
 
 
-def test_scheduler_matches_in_process_under_a_token_budget(micro_policy, focus_case):
+@pytest.mark.parametrize("evidence", ["own", "subtree"])
+def test_scheduler_matches_in_process_under_a_token_budget(micro_policy, focus_case, evidence):
     """The budget charges running paths' expected remaining tokens; on the virtual clock a
     running path has generated one token per tick, so both make the same launch decisions."""
     model, tok, fmt, spec = micro_policy
     _, head, algo, tasks = focus_case
+    algo = dataclasses.replace(algo, focus_evidence=evidence)
     ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks)
     ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
     runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=2)

@@ -1,4 +1,4 @@
-"""The audit tree (METHODS.md §7): how fast does each continuation allocator lower the error of
+"""The audit tree (docs/methods.md): how fast does each continuation allocator lower the error of
 the refined values on a tree whose true node values are known?
 
 A *world* supplies the states: root episodes (the fixed audit tree) and continuations from any
@@ -17,9 +17,9 @@ the audit states and every allocator spends its budget on the states that are me
 `grow=True` (synthetic world) the states continuations reach are candidates too, as in training.
 
 The simulation uses the real FOCUS machinery: the node statistics of `rollout.tree.Node`
-(`n`, `cbar`, `inflight`, `launched`, `own_inflight`), their gain `rollout.focus.gain`
-(`credit.focus_gain`), the allocators of `rollout.focus.ALLOCATORS` through the very decision
-function the rollout runner calls (`rollout.focus.pick_continuation`), and the refined values
+(`n`, `cbar`, `inflight`, `launched`, `own_inflight`), their gain `rollout.planner.gain`
+(`credit.focus_gain`), the allocators of `rollout.planner.ALLOCATORS` through the very decision
+function the rollout runner calls (`rollout.planner.pick_continuation`), and the refined values
 of `credit.refine_values` (Eq. 1; backed up incrementally, equal to it, tested). Paths advance
 one state per tick and at most `capacity` run at once, as the asynchronous runner's rows do, so
 in-flight continuations count in `n_eff`.
@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-from ..rollout.focus import ALLOCATORS, gain, pick_continuation
+from ..rollout.planner import ALLOCATORS, gain, pick_continuation
 from ..rollout.tree import Node, Tree
 
 ALLOCATOR_NAMES = ("focus", "uniform", "random", "raw-residual")
@@ -196,6 +196,7 @@ class _SimPath:
     reward: float
     origin: int
     continuation: bool
+    pid: int = 0                  # path id (the tree's bookkeeping tells own samples by it)
 
 
 @dataclass
@@ -213,6 +214,7 @@ class AuditSpec:
     max_inflight: int = 2         # algo.focus_max_inflight
     capacity: int = 1             # paths running at once (the runner's batch_size)
     constant: float | None = None  # the constant critic's value (None: the tasks' mean true value)
+    evidence: str = "own"         # algo.focus_evidence: own | subtree
     estimate: str = "refined"     # refined (Eq. 1, V~) | calibrated (m_n = (kappa v + n cbar) / (kappa + n))
 
 
@@ -234,9 +236,10 @@ class AuditSim:
         self.dirty: list[set[int]] = []                         # per tree: nodes to back up
         self.sq: list[float] = []                               # per tree: their squared errors
         self.completed = 0
+        self.n_paths = -1                                       # path ids, per simulation
         self._build_audit()
 
-    # -- tree bookkeeping (mirrors FocusRunner._new_path / _new_state / _finish) ---------------
+    # -- tree bookkeeping (the trees' own rules: Tree.start_path / grow / land) ---------------
 
     def _add(self, t: int, parent: int, st: State, **kw) -> Node:
         tree = self.trees[t]
@@ -248,10 +251,19 @@ class AuditSim:
             self.dirty[t].add(parent)
         return node
 
-    def _new_node(self, t: int, parent: int, st: State, rng: random.Random) -> Node:
-        node = self._add(t, parent, st, v=self.critic(st, rng), inflight=1)
+    def _new_node(self, t: int, p: "_SimPath", st: State, rng: random.Random) -> Node:
+        tree = self.trees[t]
+        node = tree.grow(p.pid, p.nodes, tree.nodes[p.nodes[-1]].depth + 1, 0,
+                         v=self.critic(st, rng))
+        self._added(t, node, st)
         node.resumable = st.resumable
         return node
+
+    def _added(self, t: int, node: Node, st: State) -> None:
+        self.states[t].append(st)
+        node.V_tilde = node.reward if node.terminal else node.v
+        if node.parent >= 0:
+            self.dirty[t].add(node.parent)
 
     def _regain(self, t: int, ids: Sequence[int]) -> None:
         tree = self.trees[t]
@@ -260,34 +272,23 @@ class AuditSim:
 
     def _launch(self, t: int, origin: int, draw: PathDraw, continuation: bool) -> _SimPath:
         tree = self.trees[t]
-        nodes = tree.ancestry(origin)
-        for i in nodes:
-            tree.nodes[i].inflight += 1
-        if continuation:
-            tree.nodes[origin].launched += 1
-            tree.nodes[origin].own_inflight += 1
+        self.n_paths += 1
+        nodes = tree.start_path(self.n_paths, origin, continuation, self.spec.evidence)
         self._regain(t, nodes)
-        p = _SimPath(t, nodes, list(draw.states), draw.reward, origin, continuation)
+        p = _SimPath(t, nodes, list(draw.states), draw.reward, origin, continuation, self.n_paths)
         self.active.append(p)
         return p
 
     def _advance(self, p: _SimPath, rng: random.Random) -> bool:
         """One turn of a running path; True when it finished."""
         if p.todo:
-            node = self._new_node(p.tree, p.nodes[-1], p.todo.pop(0), rng)
-            p.nodes.append(node.id)
+            self._new_node(p.tree, p, p.todo.pop(0), rng)
             return False
         tree = self.trees[p.tree]
-        R = p.reward
-        leaf = self._add(p.tree, p.nodes[-1], State(resumable=False), reward=R, n=1, csum=R)
-        for i in p.nodes:
-            nd = tree.nodes[i]
-            nd.n += 1
-            nd.csum += R
-            nd.inflight -= 1
-        if p.continuation:
-            tree.nodes[p.origin].own_inflight -= 1
-        p.nodes.append(leaf.id)
+        depth = tree.nodes[p.nodes[-1]].depth + 1
+        leaf = tree.land(p.pid, p.nodes, p.origin, p.continuation, p.reward, depth, 0,
+                         self.spec.evidence)
+        self._added(p.tree, leaf, State(resumable=False))
         self._regain(p.tree, p.nodes)
         self.active.remove(p)
         return True

@@ -182,6 +182,3 @@ def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
         return dynamic_sampling(ctx, tasks, eps)
     return RolloutResult(eps)
 
-
-from . import vine as _vine  # noqa: E402,F401  (registers the "vine" controller)
-from . import focus as _focus  # noqa: E402,F401  (registers the "focus" controller)

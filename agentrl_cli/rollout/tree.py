@@ -5,11 +5,20 @@ episode's context right after an observation was appended. A *leaf* is the termi
 one episode (a root-to-leaf path) and carries its reward `R`. Every episode (path) that passes
 through a node has the same first `position` tokens, so any of them can be forked there.
 
-Statistics kept per node, updated as paths finish:
-`n` completed leaves below it (a leaf counts itself), `cbar` their mean outcome, `inflight`
-paths still running that will end below it (the effective sample count of the asynchronous
-allocator is `n + inflight`), `g` the current gain of one more continuation from it, and after
-the step `G_bar` / `V_tilde` from `credit.refine_values`.
+Evidence kept per node (METHODS.md §2, "own samples"), updated as paths finish: the own
+samples of a node are the path that created it plus every continuation launched from it (for
+the root: every root episode and every continuation launched from the root). `n` counts its
+completed own samples (a leaf counts itself), `cbar` their mean outcome, `inflight` its own
+samples still running (the asynchronous allocator's effective sample count is
+`n + inflight`), `launched` the continuations launched from it. `g` is the current gain of one
+more continuation, and after the step `G_bar` / `V_tilde` come from `credit.refine_values`.
+`evidence="subtree"` (`algo.focus_evidence`, an ablation) counts every path through a node
+instead, the earlier reading.
+
+The bookkeeping rules live here, once: `start_path` (a root episode or a continuation is
+launched), `grow` (a running path reached a new state) and `land` (a path finished). The
+in-process runner (`rollout.focus`), the path scheduler (`rollout.workers`) and the audit-tree
+simulation (`diagnostics.audit`) all call them.
 """
 from __future__ import annotations
 
@@ -34,9 +43,9 @@ class Node:
     tool_calls: int = 0           # tool calls on the path up to this state
     reward: float | None = None   # terminal reward R (leaves only)
     children: list[int] = field(default_factory=list)
-    n: int = 0                    # completed leaves below (itself for a leaf)
+    n: int = 0                    # completed own samples (itself for a leaf)
     csum: float = 0.0             # sum of their outcomes
-    inflight: int = 0             # running paths that will end in a leaf below this node
+    inflight: int = 0             # own samples still running
     launched: int = 0             # continuations launched from this node
     own_inflight: int = 0         # of those, still running (capped by algo.focus_max_inflight)
     g: float = 0.0                # current gain of one more continuation
@@ -49,7 +58,7 @@ class Node:
 
     @property
     def cbar(self) -> float:
-        """Mean outcome of the completed leaves below (NaN while n == 0)."""
+        """Mean outcome of the completed own samples (NaN while n == 0)."""
         return self.csum / self.n if self.n else math.nan
 
     def to_json(self) -> dict:
@@ -86,6 +95,54 @@ class Tree:
             self.nodes[parent].children.append(node.id)
         self.through[node.id] = [path]
         return node
+
+    # -- bookkeeping: the one place the evidence rules are written ---------------------------
+
+    def evidence(self, pid: int, origin: int, node_ids: list[int], rule: str = "own") -> list[int]:
+        """The nodes among `node_ids` (a path's nodes) whose evidence path `pid`, launched from
+        `origin`, is: `own`, the origin and the nodes the path created; `subtree`, all."""
+        if rule == "subtree":
+            return list(node_ids)
+        if rule != "own":
+            raise ValueError(f"unknown evidence rule '{rule}'; valid: own, subtree")
+        return [i for i in node_ids if i == origin or self.nodes[i].path == pid]
+
+    def start_path(self, pid: int, origin: int, continuation: bool, rule: str = "own") -> list[int]:
+        """Path `pid` starts from node `origin` (the root for a root episode): returns its node
+        ids so far (root..origin) and books it as in flight."""
+        ids = self.ancestry(origin)
+        for i in ids:
+            if self.through[i][-1] != pid:
+                self.through[i].append(pid)
+        for i in self.evidence(pid, origin, ids, rule):
+            self.nodes[i].inflight += 1
+        if continuation:
+            self.nodes[origin].launched += 1
+            self.nodes[origin].own_inflight += 1
+        return ids
+
+    def grow(self, pid: int, ids: list[int], depth: int, position: int, **kw) -> Node:
+        """Running path `pid` (node ids `ids`) reached a new segment-boundary state: a node it
+        created, so one of its own samples is in flight there. Appends the id to `ids`."""
+        node = self.add(ids[-1], depth, position, pid, inflight=1, **kw)
+        ids.append(node.id)
+        return node
+
+    def land(self, pid: int, ids: list[int], origin: int, continuation: bool, reward: float,
+             depth: int, position: int, rule: str = "own", **kw) -> Node:
+        """Path `pid` ended with `reward`: add its leaf, move it from in flight to completed at
+        the nodes it is evidence of, record the path. Appends the leaf's id to `ids`."""
+        leaf = self.add(ids[-1], depth, position, pid, reward=reward, n=1, csum=reward, **kw)
+        for i in self.evidence(pid, origin, ids, rule):
+            nd = self.nodes[i]
+            nd.n += 1
+            nd.csum += reward
+            nd.inflight -= 1
+        if continuation:
+            self.nodes[origin].own_inflight -= 1
+        ids.append(leaf.id)
+        self.paths[pid] = list(ids)
+        return leaf
 
     def ancestry(self, node_id: int) -> list[int]:
         """Node ids from the root down to `node_id` (inclusive)."""

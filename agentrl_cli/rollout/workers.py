@@ -48,7 +48,7 @@ import heapq
 import math
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,9 +61,9 @@ from ..models.chat import ChatFormat
 from ..registry import Registry
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
-from .focus import FocusRunner, path_generator, seed_base
-from .runner import _Live, append_turn, apply_step, new_episode
-from .tree import Node, Tree
+from .planner import FocusPlanner, PlanPath, compact_rows, path_generator, seed_base
+from .runner import _Live, append_turn, apply_step, new_episode, start_context
+from .tree import Node
 
 INF = math.inf
 
@@ -242,16 +242,7 @@ class HFPathExecutor(PathExecutor):
         return Report(events, {pid: r.tick for pid, r in touched.items()}, sampled)
 
     def _compact(self) -> None:
-        if self.kv.n > 2 * max(self.share, len(self.active)):
-            for r in self.parked[:-self.share]:
-                r.row = None
-            self.parked = self.parked[-self.share:]
-            holders = sorted(self.active + self.parked, key=lambda q: q.row)
-            self.kv.keep([q.row for q in holders])
-            for i, q in enumerate(holders):
-                q.row = i
-        if self.kv.n and self.kv.mask.shape[1] > 2 * int(self.kv.lengths.max()) + 64:
-            self.kv.pack()
+        self.parked = compact_rows(self.kv, self.active, self.parked, self.share)
 
 
 def make_executor(engine, fmt, spec, params, max_tokens, share: int = 64) -> PathExecutor:
@@ -454,32 +445,21 @@ class CriticValues:
 # ----------------------------------------------------------------------------- the scheduler
 
 
-class _NoEngine:
-    """The scheduler owns no engine; `FocusRunner.__init__` asks for an (unused) batch."""
-
-    @staticmethod
-    def new_batch(n: int):
-        class _Batch:
-            keep_hidden = False
-        return _Batch()
-
-
-class PathScheduler(FocusRunner):
+class PathScheduler:
     """FOCUS (or, with `branching=False`, plain groups) over a pool of path executors, on the
-    virtual clock of the module docstring. Tree bookkeeping, gains, allocation and results are
-    `FocusRunner`'s; launching, node creation and the main loop are replaced."""
+    virtual clock of the module docstring: a driver of `planner.FocusPlanner`, which keeps the
+    trees, gains, allocation, budget and results (as for the in-process runner); this class
+    turns its launches into jobs and executor events back into planner calls."""
 
     def __init__(self, ctx: RolloutContext, tasks: list[Task], pool, values: CriticValues,
                  ticks: int = 1, branching: bool = True, base: int | None = None,
                  seed_offset: int = 0, after_report: Callable[["PathScheduler"], None] | None = None):
-        gen = ctx.generator if base is None else torch.Generator()
-        super().__init__(replace(ctx, engine=_NoEngine(), generator=gen), tasks)
-        if base is not None:
-            self.base = base
+        base = seed_base(ctx.generator) if base is None else base
+        self.ctx, self.tasks = ctx, tasks
+        self.plan = FocusPlanner(ctx, tasks, base, branching=branching, generated=self._generated)
+        self.capacity = self.plan.capacity
         self.pool, self.values, self.ticks, self.branching = pool, values, ticks, branching
         self.seed_offset, self.after_report = seed_offset, after_report
-        if not branching:
-            self.root_queue = [g for g in range(len(tasks)) for _ in range(ctx.group_size)]
         self.now = -1
         self.jobs: list[PathJob] = []           # launched, not yet sent
         self.launch: dict[int, int] = {}        # pid -> tick of its first token
@@ -494,52 +474,43 @@ class PathScheduler(FocusRunner):
         self.seq = 0
         self.reports = 0
 
-    # -- launching (replaces FocusRunner's engine work with jobs) --------------------------
+    trees = property(lambda self: self.plan.trees)
+    paths = property(lambda self: self.plan.paths)
+    t_book = property(lambda self: self.plan.t_book)
 
-    def _budget_left(self) -> bool:
-        return self.branching and super()._budget_left()
+    # -- launching (the planner's decisions become jobs) -----------------------------------
 
-    def _generated(self, p) -> int:
+    def _generated(self, p: PlanPath) -> int:
         """On the virtual clock a running path has generated one token per tick since launch."""
         start = self.launch.get(p.pid)
         if start is None:
             return 0
         return max(0, min(self.now, self.finish_tick.get(p.pid, INF)) - start + 1)
 
-    def _queue(self, p, job: PathJob) -> None:
+    def _queue(self, p: PlanPath, job: PathJob) -> None:
         self.launch[p.pid] = self.now + 1
         self.through[p.pid] = self.now
         self.origin_job[p.pid] = job
         self.jobs.append(job)
 
     def _launch_root(self, g: int) -> None:
-        ctx, tree, task = self.ctx, self.trees[g], self.tasks[g]
-        env = ctx.spec.make()
+        task = self.tasks[g]
+        env = self.ctx.spec.make()
         user = env.reset(task)
-        prompt = ctx.fmt.prompt_ids(env.system_prompt, user)
-        live = _Live(new_episode(task, g, prompt), env)
-        if not tree.nodes:
-            root = tree.add(-1, 0, len(prompt), len(self.paths))
-            self._snapshot(root, env, live.ep)
-        p = self._new_path(tree, live, 0, continuation=False)
-        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(live.ep), task=task,
-                               seed=(self.base, self.seed_offset + p.pid)))
+        ep = new_episode(task, g, self.ctx.fmt.prompt_ids(env.system_prompt, user))
+        start_context(ep, env)
+        p = self.plan.open_root(g, ep, env)
+        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(ep), task=task,
+                               seed=(self.plan.base, self.seed_offset + p.pid)))
 
-    def _launch_from(self, tree: Tree, node: Node) -> None:
-        src = self.paths[node.path].live.ep
-        k, pos = node.depth, node.position
-        ep = Episode(task_id=src.task_id, group=src.group, token_ids=src.token_ids[:pos],
-                     response_mask=[0] * pos, logprobs=[0.0] * pos, turn_index=[-1] * pos,
-                     segment_starts=list(src.segment_starts[:k]),
-                     turns=[replace(t) for t in src.turns[:k]], segment_index=[-1] * pos,
-                     answer=src.answer, meta={kk: v for kk, v in src.meta.items()
-                                              if not kk.startswith("focus_") and kk not in
-                                              ("reward_raw", "overlong_penalty")},
-                     num_tool_calls=node.tool_calls)
-        p = self._new_path(tree, _Live(ep, None), node.id, continuation=True)
-        through = tuple(q for q in tree.through[node.id] if q != p.pid)
-        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(ep), snapshot=node.snapshot,
-                               seed=(self.base, self.seed_offset + p.pid), fork_from=through))
+    def _launch_from(self, p: PlanPath, node: Node) -> None:
+        through = tuple(q for q in p.tree.through[node.id] if q != p.pid)
+        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(p.ep), snapshot=node.snapshot,
+                               seed=(self.plan.base, self.seed_offset + p.pid), fork_from=through))
+
+    def _fill(self) -> None:
+        self.plan.fill(lambda: self.capacity - len(self.plan.active), self._launch_root,
+                       self._launch_from)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -613,21 +584,11 @@ class PathScheduler(FocusRunner):
         return sum(max(0, min(tick, self.finish_tick.get(pid, INF)) - start + 1)
                    for pid, start in self.launch.items())
 
-    def _node(self, ev: PathEvent) -> None:
-        p = self.paths[ev.pid]
-        node = p.tree.add(p.nodes[-1], ev.depth, ev.position, p.pid, inflight=1)
-        node.snapshot = ev.snapshot
-        node.resumable = (ev.snapshot is not None
-                          and node.position + self.ctx.params.max_new_tokens <= self.ctx.max_tokens)
-        node.tool_calls = ev.tool_calls
-        p.nodes.append(node.id)
-
     def _finishing(self, events: list[PathEvent]) -> None:
         """Critic values of the finishing paths' states that have none yet."""
         todo = []
         for ev in events:
-            p = self.paths[ev.pid]
-            p.live = _Live(ev.episode, None)
+            p = self.plan.paths[ev.pid]
             nodes = [p.tree.nodes[i] for i in p.nodes if p.tree.nodes[i].v is None]
             todo.append((ev.episode, nodes))
         vals = self.values([e for e, _ in todo], [[nd.position for nd in nds] for _, nds in todo])
@@ -645,13 +606,14 @@ class PathScheduler(FocusRunner):
             finishing = [ev for ev in batch if ev.kind == "finish"]
             self._finishing(finishing)
             for ev in batch:           # (tick, pid) order: the in-process runner's order
+                p = self.plan.paths[ev.pid]
                 if ev.kind == "node":
-                    self._node(ev)
+                    self.plan.grow(p, ev.depth, ev.position, ev.snapshot, ev.tool_calls)
                 else:
-                    self._finish(self.paths[ev.pid])
+                    self.plan.finish(p, ev.episode)
             if finishing:
                 self.now = tick
-                self.spent = self._spent_at(tick)
+                self.plan.spent = self._spent_at(tick)
                 self._fill()
 
     def run(self) -> None:
@@ -676,6 +638,9 @@ class PathScheduler(FocusRunner):
                 if self.after_report is not None:
                     self.after_report(self)
             self._clock()
+
+    def result(self) -> RolloutResult:
+        return self.plan.result()
 
 
 # ----------------------------------------------------------------------------- controllers
@@ -729,7 +694,7 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
                               seed_offset=start * ctx.group_size, after_report=runner.after_report)
         sched.run()
         for p in sched.paths:
-            ep = p.live.ep
+            ep = p.ep
             ep.group += start
             for k in ("focus_tree", "focus_path", "focus_origin"):
                 ep.meta.pop(k, None)

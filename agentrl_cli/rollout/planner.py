@@ -1,0 +1,373 @@
+"""The FOCUS planner: the trees, the allocator and the launch/absorb rules of one step, with no
+engine (METHODS.md §2). Two drivers compose it and only move tokens:
+`rollout.focus.FocusRunner` (one in-process KV batch) and `rollout.workers.PathScheduler`
+(path executors, local or on Ray workers, on a virtual clock). Whatever a rule decides (which
+node gets the next continuation, when the budget is spent, what a continuation's episode
+inherits, how a path's outcome counts as evidence, what the step reports) is written here once,
+so both drivers build the same trees from the same seeds (tested).
+
+A driver calls:
+- `fill(free, start_root, start_branch)` whenever slots may have freed: the planner opens roots,
+  then continuations while the budget lasts, and hands each new path to the driver's callback;
+- `grow(path, depth, position, snapshot, tool_calls)` when a running path reaches a new
+  segment-boundary state (after an observation), and `finish(path, episode)` when it ends;
+- `result()` after the last path finished.
+Node critic values (`Node.v`) are the driver's: it knows where the hidden states are.
+
+[our choice] Reproducibility: every path samples from its own generator, seeded from the step
+generator and the path's id (`path_generator`). Root paths get ids 0..R-1 task-major (the linear
+controller's (task, group) order), continuations R, R+1, ... in launch order.
+
+[our choice] Budget: with `rollout.budget_tokens > 0` the step's *committed* tokens are what it
+has generated plus what its running paths are expected to still generate (a root priced at the
+mean finished root; a continuation at its launch price: the mean tokens that finished paths
+through its origin generated after that node, the same pricing as VinePPO's plan). A
+continuation is launched only if the committed tokens plus its own price fit the budget (METHODS
+§2: a continuation in flight is charged its expected length at launch), so the step does not
+overshoot by what is in flight. Without a budget the step completes `tasks x group_size` paths,
+as many episodes as GRPO (roots included; the roots per task are capped at `group_size`).
+Roots are launched before any continuation.
+
+[our choice] Training data: every path is an episode. A continuation from state s_k inherits
+the source episode's first `position` tokens with `response_mask` 0 (turn/segment index -1), so
+each segment's policy tokens are trained exactly once, in the path that generated them.
+
+Allocators (`algo.focus_allocator`): `focus` (largest gain; ties: the shallower node, then the
+older one), `uniform` (fewest continuations launched from the node so far), `random`,
+`raw-residual` (largest |v - cbar|, no calibration).
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+from ..context.windows import inherit_windows
+from ..credit.focus import focus_gain
+from ..config import ConfigError
+from ..registry import Registry
+from ..types import Episode
+from .controllers import RolloutContext, RolloutResult, shape_rewards
+from .tree import Node, Tree
+
+# ----------------------------------------------------------------------------- RNG
+
+
+def seed_base(generator: torch.Generator) -> int:
+    """The step's one draw from its generator; every path's generator derives from it."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
+def path_generator(base: int, path: int) -> torch.Generator:
+    return torch.Generator().manual_seed((base * 1_000_003 + path * 7919 + 17) % (2**63 - 1))
+
+
+# ----------------------------------------------------------------------------- allocators
+
+
+def gain(node: Node, kappa: float, kind: str) -> float:
+    """`focus_gain` of a node with n_eff = n + inflight (0 while it has no completed own sample)."""
+    if node.n == 0 or node.terminal:
+        return 0.0
+    v = min(1.0, max(0.0, 0.5 if node.v is None else node.v))
+    return focus_gain(v, node.n, node.cbar, kappa, node.inflight, kind)
+
+
+ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("focus allocator")
+
+
+@ALLOCATORS.register("focus")
+def _largest_gain(cands: list[Node], rng: random.Random) -> Node | None:
+    best = max(cands, key=lambda nd: (nd.g, -nd.depth))  # ties: shallower, then older (first)
+    return best if best.g > 0 else None
+
+
+@ALLOCATORS.register("uniform")
+def _uniform(cands: list[Node], rng: random.Random) -> Node:
+    return min(cands, key=lambda nd: nd.launched)
+
+
+@ALLOCATORS.register("random")
+def _random(cands: list[Node], rng: random.Random) -> Node:
+    return cands[rng.randrange(len(cands))]
+
+
+@ALLOCATORS.register("raw-residual")
+def _raw_residual(cands: list[Node], rng: random.Random) -> Node:
+    return max(cands, key=lambda nd: abs((0.5 if nd.v is None else nd.v) - nd.cbar))
+
+
+def pick_continuation(trees: list[Tree], allocate: Callable[[list[Node], random.Random], Node | None],
+                      rng: random.Random, max_inflight: int) -> tuple[Tree, Node] | None:
+    """The allocation decision: the (tree, node) to launch the next continuation from, or None.
+
+    Candidates are non-terminal, resumable nodes with at least one completed own sample and
+    fewer than `max_inflight` of their own continuations running; `allocate` (one of
+    `ALLOCATORS`) picks among them. Shared with the audit-tree diagnostic (`diagnostics.audit`),
+    so both make exactly the same choice from the same tree state.
+    """
+    cands = [(tree, nd) for tree in trees for nd in tree.nodes
+             if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < max_inflight]
+    pick = allocate([nd for _, nd in cands], rng) if cands else None
+    if pick is None:
+        return None
+    return next((t, nd) for t, nd in cands if nd is pick)
+
+
+# ----------------------------------------------------------------------------- episodes
+
+
+def branch_episode(src: Episode, node: Node) -> Episode:
+    """The episode a continuation from `node` starts with: the source path's first `position`
+    tokens (not trained again: response_mask 0, turn/segment index -1), its turns before the
+    node, its segment starts before the node, its context windows up to there."""
+    k, pos = node.depth, node.position
+    ep = Episode(task_id=src.task_id, group=src.group, token_ids=src.token_ids[:pos],
+                 response_mask=[0] * pos, logprobs=[0.0] * pos, turn_index=[-1] * pos,
+                 segment_starts=[s for s in src.segment_starts if s < pos],
+                 turns=[replace(t) for t in src.turns[:k]], segment_index=[-1] * pos,
+                 answer=src.answer, meta={kk: v for kk, v in src.meta.items()
+                                          if not kk.startswith("focus_") and kk not in
+                                          ("reward_raw", "overlong_penalty")},
+                 num_tool_calls=node.tool_calls)
+    inherit_windows(ep, src, pos)
+    return ep
+
+
+def env_snapshot(env) -> Any:
+    """The env's snapshot, or None for an env that cannot be forked (it still rolls out)."""
+    try:
+        return env.snapshot()
+    except Exception:
+        return None
+
+
+def compact_rows(kv, active: list, parked: list, share: int) -> list:
+    """Drop the oldest parked rows (finished paths kept as fork sources) once the KV batch
+    holds more than `2 x max(share, running)` rows; repack the cache when it is more than twice
+    as wide as its longest row. Items carry a `.row` (None once dropped). Returns the parked
+    items still holding rows."""
+    if kv.n > 2 * max(share, len(active)):
+        for q in parked[:-share]:
+            q.row = None
+        parked = parked[-share:]
+        holders = sorted(active + parked, key=lambda q: q.row)
+        kv.keep([q.row for q in holders])
+        for i, q in enumerate(holders):
+            q.row = i
+    if kv.n and kv.mask.shape[1] > 2 * int(kv.lengths.max()) + 64:
+        kv.pack()
+    return parked
+
+
+# ----------------------------------------------------------------------------- the planner
+
+
+@dataclass
+class PlanPath:
+    """One path of the step, as the planner sees it."""
+
+    pid: int
+    tree: Tree
+    ep: Episode                   # its episode (the driver keeps it current)
+    nodes: list[int]              # node ids root..current state (..leaf when finished)
+    origin: int                   # node it was launched from (the root for root paths)
+    continuation: bool
+    price: float = 0.0            # continuation: expected tokens it generates (budget)
+    done: bool = False
+
+
+class FocusPlanner:
+    """One step's trees, allocator and launch/absorb rules (module docstring)."""
+
+    def __init__(self, ctx: RolloutContext, tasks: list, base: int, branching: bool = True,
+                 generated: Callable[[PlanPath], int] | None = None):
+        algo = ctx.algo
+        if algo.focus_allocator not in ALLOCATORS.names():
+            raise ConfigError(f"algo.focus_allocator must be one of {', '.join(ALLOCATORS.names())}, "
+                              f"got '{algo.focus_allocator}'")
+        if algo.focus_gain not in ("plugin", "bayes"):
+            raise ConfigError(f"algo.focus_gain must be plugin or bayes, got '{algo.focus_gain}'")
+        self.ctx, self.algo, self.tasks, self.base = ctx, algo, tasks, base
+        self.branching = branching
+        self.rule = algo.focus_evidence
+        self.allocate = ALLOCATORS.get(algo.focus_allocator)
+        self.capacity = max(1, ctx.batch_size)
+        self.rng = random.Random(base + 1)
+        self.trees = [Tree(t.task_id, g) for g, t in enumerate(tasks)]
+        self.paths: list[PlanPath] = []
+        self.active: list[PlanPath] = []
+        roots = max(1, algo.focus_roots)
+        if ctx.budget_tokens <= 0 or not branching:
+            roots = min(roots, ctx.group_size)
+        if not branching:
+            roots = ctx.group_size
+        self.root_queue = [g for g in range(len(tasks)) for _ in range(roots)]
+        self.target_paths = len(tasks) * ctx.group_size
+        self.generated = generated or (lambda p: p.ep.generated_tokens)
+        self.spent = 0                # tokens generated so far (the driver keeps it current)
+        self.t_book = 0.0             # seconds in allocation and tree bookkeeping
+
+    # -- launching -------------------------------------------------------------------------
+
+    def _register(self, tree: Tree, ep: Episode, origin: int, continuation: bool) -> PlanPath:
+        pid = len(self.paths)
+        nodes = tree.start_path(pid, origin, continuation, self.rule)
+        p = PlanPath(pid, tree, ep, nodes, origin, continuation)
+        ep.meta.update(focus_tree=tree.group, focus_path=pid, focus_origin=origin)
+        self.paths.append(p)
+        self.active.append(p)
+        self._regain(tree, nodes)
+        return p
+
+    def open_root(self, g: int, ep: Episode, env) -> PlanPath:
+        """A root episode of task `g` (its prompt in `ep`, `env` just reset): the tree's root
+        node is made by its first root (with the env's snapshot)."""
+        t0 = time.perf_counter()
+        tree = self.trees[g]
+        if not tree.nodes:
+            root = tree.add(-1, 0, len(ep.token_ids), len(self.paths))
+            self._state(root, env_snapshot(env), ep.num_tool_calls)
+        p = self._register(tree, ep, 0, continuation=False)
+        self.t_book += time.perf_counter() - t0
+        return p
+
+    def branch(self, tree: Tree, node: Node) -> PlanPath:
+        """A continuation from `node`: its episode (`branch_episode` of the path that created
+        the node), booked in flight."""
+        src = self.paths[node.path].ep
+        return self._register(tree, branch_episode(src, node), node.id, continuation=True)
+
+    def budget_left(self) -> bool:
+        if not self.branching:
+            return False
+        if self.ctx.budget_tokens > 0:
+            return self.committed() < self.ctx.budget_tokens
+        return len(self.paths) < self.target_paths
+
+    def committed(self) -> float:
+        """Tokens generated so far plus the running paths' expected remaining tokens."""
+        root = self._root_price()
+        return self.spent + sum(max(0.0, (p.price if p.continuation else root) - self.generated(p))
+                                for p in self.active)
+
+    def price(self, tree: Tree, node: Node) -> float:
+        """Expected tokens a continuation from `node` generates: the mean that the finished
+        paths through the node generated after its position (at least 1)."""
+        done = [self.paths[q].ep for q in tree.through[node.id] if q in tree.paths]
+        if not done:
+            return 1.0
+        after = [sum(e.response_mask[node.position:]) for e in done]
+        return max(1.0, sum(after) / len(after))
+
+    def _root_price(self) -> float:
+        roots = [p.ep.generated_tokens for p in self.paths if not p.continuation and p.done]
+        return sum(roots) / len(roots) if roots else 0.0
+
+    def fill(self, free: Callable[[], int], start_root: Callable[[int], None],
+             start_branch: Callable[[PlanPath, Node], None]) -> None:
+        """Open roots, then continuations, while the driver has free slots (`free()`) and the
+        budget lasts. `start_root(g)` builds a root of task g (calling `open_root`);
+        `start_branch(path, node)` starts the engine work of a continuation the planner has
+        booked (`branch`) from `node`."""
+        while self.root_queue and free() > 0:
+            start_root(self.root_queue.pop(0))
+        if self.root_queue:
+            return
+        while free() > 0 and self.budget_left():
+            t0 = time.perf_counter()
+            pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
+            cost = 0.0 if pick is None else self.price(*pick)
+            stop = pick is None or (self.ctx.budget_tokens > 0 and
+                                    self.committed() + cost > self.ctx.budget_tokens)
+            self.t_book += time.perf_counter() - t0
+            if stop:
+                break
+            p = self.branch(*pick)
+            p.price = cost
+            start_branch(p, pick[1])
+
+    # -- absorbing -------------------------------------------------------------------------
+
+    def _regain(self, tree: Tree, node_ids: list[int]) -> None:
+        for nid in node_ids:
+            nd = tree.nodes[nid]
+            nd.g = gain(nd, self.algo.kappa, self.algo.focus_gain)
+
+    def _state(self, node: Node, snapshot, tool_calls: int) -> None:
+        node.snapshot, node.tool_calls = snapshot, tool_calls
+        node.resumable = (snapshot is not None and
+                          node.position + self.ctx.params.max_new_tokens <= self.ctx.max_tokens)
+
+    def grow(self, p: PlanPath, depth: int, position: int, snapshot, tool_calls: int) -> Node:
+        """Path `p` reached a new segment-boundary state."""
+        t0 = time.perf_counter()
+        node = p.tree.grow(p.pid, p.nodes, depth, position)
+        self._state(node, snapshot, tool_calls)
+        self.t_book += time.perf_counter() - t0
+        return node
+
+    def finish(self, p: PlanPath, ep: Episode) -> Node:
+        """Path `p` ended with episode `ep`: shape its reward, add its leaf, update evidence."""
+        t0 = time.perf_counter()
+        p.ep = ep
+        shape_rewards([ep], self.ctx)
+        leaf = p.tree.land(p.pid, p.nodes, p.origin, p.continuation, float(ep.reward),
+                           ep.num_turns, len(ep.token_ids), self.rule, tool_calls=ep.num_tool_calls)
+        p.done = True
+        self._regain(p.tree, p.nodes)
+        self.active.remove(p)
+        self.t_book += time.perf_counter() - t0
+        return leaf
+
+    # -- results ---------------------------------------------------------------------------
+
+    def result(self) -> RolloutResult:
+        t0 = time.perf_counter()
+        algo = self.algo
+        for tree in self.trees:
+            tree.refine(algo.kappa, algo.gamma)
+        eps = [p.ep for p in self.paths]
+        if algo.focus_baseline == "loo":
+            values = [p.tree.path_values_loo(p.pid, algo.kappa, algo.gamma) for p in self.paths]
+        else:
+            values = [p.tree.path_values(p.pid) for p in self.paths]
+        targets: list[list[tuple[int, float]]] = [[] for _ in self.paths]
+        for tree in self.trees:
+            for nd in tree.nodes:
+                if not nd.terminal and nd.G_bar is not None:
+                    targets[nd.path].append((nd.position, nd.G_bar))
+        self.t_book += time.perf_counter() - t0
+        extras = {"trees": self.trees, "focus_values": values, "focus_value_targets": targets,
+                  "metrics": self.metrics(eps)}
+        return RolloutResult(eps, extras=extras)
+
+    def metrics(self, eps: list[Episode]) -> dict:
+        inner = [nd for t in self.trees for nd in t.nodes if not nd.terminal]
+        with_n = [nd for nd in inner if nd.n > 0 and nd.v is not None]
+        with_g = [nd for nd in inner if nd.G_bar is not None and nd.v is not None]
+        tokens = sum(e.generated_tokens for e in eps)
+        conts = [p for p in self.paths if p.continuation]
+        branch = sum(p.ep.generated_tokens for p in conts)
+        depths = Counter(p.tree.nodes[p.origin].depth for p in conts)
+        out = {
+            "focus/nodes": sum(len(t.nodes) for t in self.trees),
+            "focus/continuations": len(conts),
+            "focus/tokens": tokens,
+            "focus/abs_v_minus_cbar": (sum(abs(nd.v - nd.cbar) for nd in with_n) / len(with_n)
+                                       if with_n else 0.0),
+            "focus/critic_mse": (sum((nd.v - nd.G_bar) ** 2 for nd in with_g) / len(with_g)
+                                 if with_g else 0.0),
+            "focus/tool_calls_per_episode": sum(e.num_tool_calls for e in eps) / max(1, len(eps)),
+            "focus/branch_token_share": branch / tokens if tokens else 0.0,
+            "focus/launch_depth_mean": (sum(d * c for d, c in depths.items()) / len(conts)
+                                        if conts else 0.0),
+            "focus/bookkeeping_seconds": self.t_book,
+        }
+        for d in sorted(depths):   # share of the step's continuations launched at each depth
+            out[f"focus/launch_share_depth{d}"] = depths[d] / len(conts)
+        return out
