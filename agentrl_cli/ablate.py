@@ -340,7 +340,7 @@ def collect(sweep: Sweep) -> dict:
     """Per-cell results from the finished runs' summary.json and metrics.jsonl."""
     from .reporting.metrics import read_metrics
 
-    cells = []
+    cells, envs = [], set()
     for cell in sweep.cells:
         runs = []
         for seed in sweep.seeds:
@@ -352,6 +352,7 @@ def collect(sweep: Sweep) -> dict:
             runs.append({"seed": seed, "summary": s,
                          "curve": [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r],
                          "tokens_per_step": [r["rollout/tokens"] for r in rows if "rollout/tokens" in r]})
+        envs |= {r["summary"].get("env") for r in runs}
         row = {"name": cell.name, "method": cell.method, "params": dict(cell.params),
                "seeds": [r["seed"] for r in runs], "dirs": [str(sweep.run_dir(cell, r["seed"])) for r in runs]}
         for key, src in (("final_success", "final_success"), ("tokens", "tokens_generated"),
@@ -367,6 +368,7 @@ def collect(sweep: Sweep) -> dict:
     done = [c for c in cells if c["final_success_mean"] is not None]
     best = max(done, key=lambda c: c["final_success_mean"])["name"] if done else None
     return {"out": str(sweep.out), "budget_tokens": sweep.budget, "seeds": sweep.seeds,
+            "env": ",".join(sorted(e for e in envs if e)) or None,
             "axes": sorted({k for c in sweep.cells for k in c.params}), "cells": cells, "best": best}
 
 
@@ -396,31 +398,35 @@ def write_results(res: dict, out: Path) -> None:
     plot_final_vs_param(res, out / "final_vs_param.png")
 
 
-def _plt():
-    import matplotlib
+def _title(res: dict, what: str) -> str:
+    from .reporting import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    methods = ",".join(dict.fromkeys(c["method"] for c in res["cells"]))
+    return plots.run_title(methods, res.get("env"), res["seeds"],
+                           f"{what} · budget {res['budget_tokens'] or 'uncapped'} tokens/step")
 
 
 def plot_curves(res: dict, png: Path) -> None:
-    """Held-out success vs step per cell (mean over seeds at the common eval steps)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    for c in res["cells"]:
+    """Held-out success vs step per cell: the mean over its seeds (at the eval steps they share)
+    with a ± std band, the base model's success dashed, the best cell drawn thicker."""
+    from .reporting import plots
+
+    fig, (ax,) = plots.figure(1, width=7.5, height=4.2)
+    ys_all, bases = [], []
+    for i, c in enumerate(res["cells"]):
         if not c["curves"]:
             continue
         steps = sorted(set.intersection(*[{s for s, _ in cv} for cv in c["curves"]]))
-        ys = [sum(dict(cv)[s] for cv in c["curves"]) / len(c["curves"]) for s in steps]
-        ax.plot(steps, ys, "o-", ms=3, label=c["name"], lw=2.5 if c["name"] == res["best"] else 1.2)
-    ax.set_xlabel("step"), ax.set_ylabel("held-out success (mean over seeds)")
-    ax.set_title(f"learning curves (budget {res['budget_tokens']} tokens/step)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+        series = [[dict(cv)[s] for s in steps] for cv in c["curves"]]
+        plots.mean_band(ax, steps, series, c["name"], i, lw=2.6 if c["name"] == res["best"] else 1.4)
+        ys_all += [y for ser in series for y in ser]
+        bases += c.get("base_success", [])
+    plots.base_line(ax, sum(bases) / len(bases) if bases else None)
+    plots.step_axis(ax)
+    plots.rate_axis(ax, "held-out success (mean ± std over seeds)", ys_all)
+    ax.set_title(_title(res, "held-out success per check"), fontsize=9)
+    plots.legend_outside(ax, title="cell (best: thick)")
+    plots.save(fig, png)
 
 
 def _num(label: str) -> float | None:
@@ -431,13 +437,15 @@ def _num(label: str) -> float | None:
 
 
 def plot_final_vs_param(res: dict, png: Path) -> None:
-    """Final held-out success (mean ± std) vs each swept parameter, one line per combination of
-    the other parameters and the method; with no parameter, one point per method."""
-    plt = _plt()
+    """Final held-out success (mean ± std over seeds) vs each swept parameter, one line per
+    combination of the other parameters and the method; with no parameter, one point per method."""
+    from .reporting import plots
+
     axes = res["axes"] or ["method"]
-    fig, subs = plt.subplots(1, len(axes), figsize=(5 * len(axes), 3.8), squeeze=False)
+    fig, subs = plots.figure(len(axes), width=5.2, height=3.9)
     done = [c for c in res["cells"] if c["final_success_mean"] is not None]
-    for ax, a in zip(subs[0], axes):
+    bases = [b for c in done for b in c.get("base_success", [])]
+    for ax, a in zip(subs, axes):
         def val(c):
             return c["method"] if a == "method" else c["params"][a]
         labels = list(dict.fromkeys(val(c) for c in done))
@@ -447,17 +455,23 @@ def plot_final_vs_param(res: dict, png: Path) -> None:
         for c in done:
             rest = [c["method"]] * (a != "method") + [f"{k}={v}" for k, v in c["params"].items() if k != a]
             groups.setdefault(" ".join(rest) or "all", []).append(c)
-        for g, cs in groups.items():
+        for i, (g, cs) in enumerate(groups.items()):
             cs = sorted(cs, key=lambda c: pos[val(c)])
+            ls, marker = plots.STYLES[i % len(plots.STYLES)]
             ax.errorbar([pos[val(c)] for c in cs], [c["final_success_mean"] for c in cs],
-                        yerr=[c["final_success_std"] for c in cs], fmt="o-", capsize=3, label=g)
+                        yerr=[c["final_success_std"] for c in cs], ls=ls, marker=marker,
+                        capsize=3, label=g)
+        plots.base_line(ax, sum(bases) / len(bases) if bases else None)
         if not numeric:
             ax.set_xticks(list(pos.values()), labels)
-        ax.set_xlabel(a), ax.set_ylabel("final held-out success")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+        else:
+            ax.set_xticks(sorted(pos.values()), [x for x in sorted(labels, key=_num)])
+        ax.set_xlabel(a)
+        plots.rate_axis(ax, "final held-out success (mean ± std)",
+                        [c["final_success_mean"] + c["final_success_std"] for c in done])
+        ax.set_title(_title(res, f"final success vs {a}"), fontsize=9)
+        plots.legend_outside(ax)
+    plots.save(fig, png)
 
 
 def record(sweep: Sweep, axes: list[Axis], preset: str | None) -> None:

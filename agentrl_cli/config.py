@@ -167,11 +167,11 @@ class AlgoConfig:
     focus_gain: str = "plugin"
     """FOCUS: gain of one more continuation: plugin (MSE drop at p = cbar) | bayes (posterior-variance drop)."""
     focus_baseline: str = "refined"
-    """FOCUS: the values a path's advantages use: refined (V~, METHODS.md) | loo (V~ recomputed without the path's own leaf, so its outcome is not in its own baseline)."""
+    """FOCUS: the values a path's advantages use: refined (V~, the paper's) | loo (V~ recomputed without the path's own leaf, so its outcome is not in its own baseline)."""
     focus_evidence: str = "own"
-    """FOCUS: a node's evidence n, cbar: own (its own samples: the path that created it and the continuations launched from it, METHODS.md) | subtree (every completed leaf below it; ablation)."""
+    """FOCUS: a node's evidence n, cbar: own (its own samples: the path that created it and the continuations launched from it, as in the paper) | subtree (every completed leaf below it; ablation)."""
     focus_norm: str = "none"
-    """FOCUS: scale of the segment advantages: tree (divided by the std of the task tree's path rewards, 0 in a tree whose paths all got the same reward, as GRPO's group) | none (raw TD residuals of refined values, METHODS.md)."""
+    """FOCUS: scale of the segment advantages: tree (divided by the std of the task tree's path rewards, 0 in a tree whose paths all got the same reward, as GRPO's group) | none (raw TD residuals of refined values, as in the paper)."""
     focus_max_inflight: int = 2
     """FOCUS: most continuations launched from one node running at once."""
     focus_lam: float = 0.0

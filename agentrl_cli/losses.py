@@ -1,4 +1,4 @@
-"""Policy and critic losses: stateless functions of [B, L] token tensors (METHODS.md §1, §3).
+"""Policy and critic losses: stateless functions of [B, L] token tensors (docs/methods.md).
 
 Conventions: B episodes right-padded to L token positions; `mask` [B, L] is 1.0 on policy tokens
 (the only ones with loss) and 0.0 elsewhere; log-probs are per-token log pi(a_t | h_t) of the
@@ -82,7 +82,7 @@ def _token_advantages(advantages: Tensor, like: Tensor) -> Tensor:
 def ppo_clip_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor,
                   eps_low: float = 0.2, eps_high: float = 0.2,
                   agg: str = "token-mean", norm: float | None = None) -> tuple[Tensor, dict]:
-    """PPO clipped surrogate with per-token ratios (GRPO, DAPO, PPO; METHODS §1).
+    """PPO clipped surrogate with per-token ratios (GRPO, DAPO, PPO; docs/methods.md).
 
     logp_new, logp_old, mask: [B, L]; advantages: [B, L] (or [B], broadcast to tokens).
     Per token `-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)`, `r = exp(logp_new - logp_old)`;
@@ -100,7 +100,7 @@ def ppo_clip_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: 
 def gspo_loss(logp_new: Tensor, logp_old: Tensor, seq_advantages: Tensor, mask: Tensor,
               eps_low: float = 3e-4, eps_high: float = 4e-4,
               agg: str = "seq-mean", norm: float | None = None) -> tuple[Tensor, dict]:
-    """GSPO: one clipped importance ratio per sequence (METHODS §1).
+    """GSPO: one clipped importance ratio per sequence (docs/methods.md).
 
     logp_new, logp_old, mask: [B, L]; seq_advantages: [B] or [B, L] (GRPO advantages).
     Sequence ratio `s_i = exp(mean over the row's policy tokens of (logp_new - logp_old))`,
@@ -124,7 +124,7 @@ def gspo_loss(logp_new: Tensor, logp_old: Tensor, seq_advantages: Tensor, mask: 
 
 def turn_ratio(logp_new: Tensor, logp_old: Tensor, turn_id: Tensor,
                max_log_ratio: float = 20.0) -> Tensor:
-    """MPO turn-level importance ratio (METHODS §3), flat: [N] -> [N].
+    """MPO turn-level importance ratio (docs/methods.md), flat: [N] -> [N].
 
     For a token i of turn t: `rho~_i = rho_i * sg(prod_{j != i} rho_j)`. Forward value: the whole
     turn's ratio `rho_t = exp(sum_{j in t} (logp_new_j - logp_old_j))` at every token of the turn;
@@ -150,7 +150,7 @@ def turn_ratio(logp_new: Tensor, logp_old: Tensor, turn_id: Tensor,
 def turn_ratio_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, turn_index: Tensor,
                     mask: Tensor, eps_low: float = 0.2, eps_high: float = 0.2,
                     agg: str = "token-mean", norm: float | None = None) -> tuple[Tensor, dict]:
-    """MPO clipped loss with the turn-level ratio (METHODS §3).
+    """MPO clipped loss with the turn-level ratio (docs/methods.md).
 
     logp_new, logp_old, advantages, mask: [B, L]; turn_index: [B, L] long, the turn of each
     policy token within its row (-1 elsewhere). Each (row, turn) is one turn; only valid policy
@@ -170,7 +170,7 @@ def turn_ratio_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, turn
 
 def value_loss(values: Tensor, returns: Tensor, mask: Tensor, old_values: Tensor | None = None,
                clip: float | None = None, agg: str = "token-mean") -> tuple[Tensor, dict]:
-    """Critic loss `0.5 * (V - target)^2` over valid tokens (PPO, MPO critic; METHODS §1, §3).
+    """Critic loss `0.5 * (V - target)^2` over valid tokens (PPO, MPO critic; docs/methods.md).
 
     values, returns, mask (and old_values): [B, L]. With `clip` and `old_values`, PPO value
     clipping: `0.5 * max((V - R)^2, (old + clip(V - old, -clip, clip) - R)^2)`.

@@ -56,10 +56,10 @@ _add(Recipe(
 ))
 _add(Recipe(
     "ppo", "token-level GAE on a value head (gamma 1, lam 1), whitened, PPO-clip, critic warm-up",
-    # lam 1 (verl's default) and a critic warm-up, not METHODS.md's lam 0.95: with lam < 1 the
+    # lam 1 (verl's default) and a critic warm-up, not the paper's lam 0.95: with lam < 1 the
     # critic's own value differences become credit, and on the built-in agent every lam 0.95
     # variant (cold, warm, detached + warm-up) drifted into long episodes and collapsed
-    # (README, "The methods on the built-in agent"); `--set algo.lam=0.95` restores it.
+    # (docs/results.md, "The methods on the built-in agent"); `--set algo.lam=0.95` restores it.
     {"algo.estimator": "gae", "algo.loss": "ppo_clip", "algo.controller": "linear",
      "algo.gamma": 1.0, "algo.lam": 1.0, "algo.whiten": True, "train.critic_warmup": 10},
     critic=True,
@@ -74,7 +74,7 @@ _add(Recipe(
     "mpo", "turn-level GAE + centred intra-turn trace on a critic, turn-level ratio",
     {"algo.estimator": "mpo", "algo.loss": "turn_ratio", "algo.controller": "linear",
      "algo.lam": 0.8, "algo.lam_intra": 0.95, "algo.beta": 1.0, "algo.whiten": True,
-     # trainer settings, not MPO ones (README, "The methods on the built-in agent"): with a
+     # trainer settings, not MPO ones (docs/results.md, "The methods on the built-in agent"): with a
      # value head on the policy's backbone seed 2 degenerated into long episodes with or
      # without warm-up; a separate critic model (verl's PPO critic) learns on seeds 0/1/2
      # (+9.6/+12.5/+9.6). `--set model.critic=head` gives the shared head back.
@@ -91,9 +91,9 @@ _add(Recipe(
 _add(Recipe(
     "focus", "tree rollouts branching where the critic is most wrong, refined-value TD(1), PPO-clip",
     {"algo.estimator": "focus", "algo.loss": "ppo_clip", "algo.controller": "focus",
-     # focus_lam 1 (each segment's advantage is R - V~(s_k)), not METHODS.md's TD(0): with the
+     # focus_lam 1 (each segment's advantage is R - V~(s_k)), not the paper's TD(0): with the
      # built-in agent's weak critic, TD(0) put a failed path's credit on its last segments and
-     # the policy learned to postpone answering (README, Known limits); `--set
+     # the policy learned to postpone answering (docs/results.md); `--set
      # algo.focus_lam=0` restores it, and the paper-scale experiments/focus-*.yaml pin it.
      "algo.gamma": 1.0, "algo.focus_lam": 1.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2,
      # the budget is what FOCUS allocates: by default a GRPO step's worth (rollout.budget_match)

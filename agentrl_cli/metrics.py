@@ -1,4 +1,4 @@
-"""Evaluation metrics of the pass@k family (METHODS.md §8).
+"""Evaluation metrics of the pass@k family (docs/methods.md).
 
 For one task, `n` answers were sampled and `c` of them were correct.
 

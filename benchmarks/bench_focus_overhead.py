@@ -4,7 +4,7 @@ and the env. Target: under 5%.
 
 Runs the "focus" controller for a few steps on the tiny model with a random value head, so the
 critic disagrees with the outcomes and the allocator branches. The untrained model
-(`--warmup-steps 0`, the fast default) made no continuations when rechecked in session 7
+(`--warmup-steps 0`, the fast default) made no continuations when rechecked on the v8 build
 (the bookkeeping share is then of root paths only); `--warmup-steps 1200` uses the default build,
 whose trees branch.
 

@@ -6,7 +6,7 @@ at each depth (segments taken before the node) in `agentrl rollout --method focu
     (the same with algo.focus_allocator=uniform --out uniform.jsonl)
     python benchmarks/focus_depths.py focus.jsonl uniform.jsonl
 
-Session 6, 8 tasks from one checkpoint: FOCUS's gain launched 89 of 168 continuations (53%)
+Measured on 8 tasks from one checkpoint (docs/results.md): FOCUS's gain launched 89 of 168 continuations (53%)
 from depth 4 (the state before the answer), the uniform allocator 20 of 104 (19%).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Print a markdown table of finished `agentrl train` runs (the per-method learning tables in the
-issue notes come from here).
+"""Print a markdown table of finished `agentrl train` runs (the per-method learning tables of
+docs/results.md come from here).
 
     python benchmarks/learning_table.py runs/cmp/*/           # one row per run
     python benchmarks/learning_table.py --mean runs/cmp/*/    # mean ± std per method

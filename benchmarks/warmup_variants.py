@@ -5,7 +5,7 @@
 Each NAME=JSON builds `TinyRecipe(**JSON)` into OUT_DIR/NAME (one process per variant, so run
 at most as many as there are cores) and logs held-out success at each check; the final
 table reads every OUT_DIR/*/recipe.json. Set `"target_success": 1.0` to see the whole curve.
-Session 3's variants (see the issue notes) were run this way, two at a time.
+The recipe variants in docs/results.md were run this way, two at a time.
 """
 from __future__ import annotations
 

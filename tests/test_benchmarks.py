@@ -201,7 +201,7 @@ def test_every_experiment_loads(path):
     else:
         assert cfg.model.name != "tiny" and envs[cfg.env.name].adapter != "builtin"
         assert cfg.method == path.stem.split("-")[0]
-    # the papers' hyperparameters (METHODS.md)
+    # the papers' hyperparameters (the papers)
     if cfg.method == "focus":
         assert (cfg.algo.kappa, cfg.algo.gamma, cfg.algo.focus_lam, cfg.algo.focus_max_inflight) == (1.0, 1.0, 0.0, 2)
         assert cfg.rollout.budget_tokens > 0          # matched per-step generation budget

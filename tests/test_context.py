@@ -1,4 +1,4 @@
-"""Context operators (METHODS.md §6): workspace tools, compaction at the threshold, windows and
+"""Context operators (docs/methods.md): workspace tools, compaction at the threshold, windows and
 segments, trainer-vs-engine log-probs on reset contexts, FOCUS/vine on windows, `none`
 unchanged, and end-to-end training with focus and grpo."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The memory-lean training step (METHODS.md §5) computes the same loss and gradients as the
+"""The memory-lean training step (docs/methods.md) computes the same loss and gradients as the
 plain step: chunked, recomputed log-probs; activation checkpointing; micro-batches packed by
 token budget with gradient accumulation."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (METHODS.md §7)."""
+"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (docs/methods.md)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Context management (METHODS.md §6): `none` (default), `compaction`, `workspace`.
+"""Context management (docs/methods.md): `none` (default), `compaction`, `workspace`.
 
 `context.operator` picks an operator from `OPERATORS`; `wrap_spec(spec, cfg.context)` (called
 by `train.loop.make_spec`, so training, evaluation and `agentrl rollout` all use it) makes the

@@ -1,4 +1,4 @@
-"""The context operators (METHODS.md §6): what happens after each policy turn once the visible
+"""The context operators (docs/methods.md): what happens after each policy turn once the visible
 context passes `context.threshold_tokens`.
 
 Both operators shorten the context the same way, by a *reset*: a new window starts (see

@@ -1,7 +1,7 @@
 """Credit assignment: pure tensor math turning rewards (and critic or reference-model signals)
 into advantages.
 
-Unbatched, readable reference definitions (the public math API of DESIGN.md):
+Unbatched, readable reference definitions (the public math API):
 `grpo_advantages`, `rloo_advantages`, `gae`, `segment_td_advantages`, `mpo_advantages`,
 `trace_turn_rewards`, `focus_gain`, `refine_values`.
 Batched token-level versions used by the trainer live in `credit.batched` and are re-exported

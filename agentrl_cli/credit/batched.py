@@ -191,7 +191,7 @@ def grpo_episode_advantages(rewards: Tensor, group_index: Tensor, std: bool = Tr
 
 def grpo_token_advantages(rewards: Tensor, group_index: Tensor, response_mask: Tensor,
                           std: bool = True, eps: float = 1e-6) -> Tensor:
-    """[B, L] GRPO advantage broadcast to every policy token of its episode (METHODS §1)."""
+    """[B, L] GRPO advantage broadcast to every policy token of its episode (docs/methods.md)."""
     adv = grpo_episode_advantages(rewards, group_index, std=std, eps=eps)
     return adv[:, None] * response_mask
 
@@ -212,7 +212,7 @@ def rloo_token_advantages(rewards: Tensor, group_index: Tensor, response_mask: T
 
 def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor, gamma: float = 1.0,
                          lam: float = 0.95) -> tuple[Tensor, Tensor]:
-    """Token-level GAE over the policy tokens of each episode (PPO, METHODS §1).
+    """Token-level GAE over the policy tokens of each episode (PPO, docs/methods.md).
 
     rewards: [B] terminal rewards, placed on the last policy token; values: [B, L] critic values.
     Environment and padding tokens are skipped: the next value of the last policy token of a turn
@@ -235,7 +235,7 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
 def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
                          response_mask: Tensor, lam: float = 0.80, lam_intra: float = 0.95,
                          beta: float = 1.0) -> Tensor:
-    """[B, L] MPO multi-scale advantage (METHODS §3), before batch normalisation.
+    """[B, L] MPO multi-scale advantage (docs/methods.md), before batch normalisation.
 
     values: [B, L] critic values; rewards: [B]; gamma = 1. Equals `credit.mpo_advantages` on each
     row: turn-level GAE with `lam` on the values at each turn's first policy token, plus
@@ -290,7 +290,7 @@ def trace_token_advantages(mean_logprobs: Tensor, num_turns: Tensor, outcome_adv
                            final_turn_is_answer: bool = True, eps: float = 0.1, K: int = 3,
                            gamma_td: float = 0.8, lambda_term: float = 2.0,
                            alpha_out: float = 1.0, alpha_turn: float = 0.2) -> Tensor:
-    """[B, L] TRACE token advantages `alpha_out A^out + alpha_turn r_{turn(token)}` (METHODS §4).
+    """[B, L] TRACE token advantages `alpha_out A^out + alpha_turn r_{turn(token)}` (docs/methods.md).
 
     mean_logprobs: [B, M] right-padded; row b uses entries 0..T_b (states S_0..S_{T_b}), the rest
         is ignored. num_turns: [B] long, the number of turns of each episode.

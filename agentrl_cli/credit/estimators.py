@@ -51,7 +51,7 @@ def _whiten(adv: torch.Tensor, mask: torch.Tensor, algo) -> torch.Tensor:
 
 @ESTIMATORS.register("gae")
 def _gae(batch, algo) -> Credit:
-    """PPO (METHODS §1): token-level GAE on the critic's values, reward on the last policy token.
+    """PPO (docs/methods.md): token-level GAE on the critic's values, reward on the last policy token.
 
     Returns are the unwhitened `A + V` (the critic's targets); `algo.whiten` then normalises the
     advantages over the batch's policy tokens (the PPO recipe turns it on).
@@ -75,7 +75,7 @@ def segment_values_tensor(values: list[list[float]], dtype=torch.float32) -> tor
 
 def vine_segment_advantages(values: torch.Tensor, num_segments: torch.Tensor, rewards: torch.Tensor,
                             gamma: float = 1.0) -> torch.Tensor:
-    """VinePPO one-step segment advantages, [B, S] (METHODS §1).
+    """VinePPO one-step segment advantages, [B, S] (docs/methods.md).
 
     values: [B, S] Monte-Carlo V(s_k) (NaN where a state got no continuation, e.g. budget spent);
     num_segments: [B] long, T_b; rewards: [B] terminal R.
@@ -95,7 +95,7 @@ def vine_segment_advantages(values: torch.Tensor, num_segments: torch.Tensor, re
 
 @ESTIMATORS.register("vine")
 def _vine(batch, algo) -> Credit:
-    """VinePPO (METHODS §1): segment TD residuals of the vine controller's Monte-Carlo values
+    """VinePPO (docs/methods.md): segment TD residuals of the vine controller's Monte-Carlo values
     (`batch.extras["segment_values"]`, one list per episode) on each segment's policy tokens."""
     if "segment_values" not in batch.extras:
         raise ValueError("estimator 'vine' needs segment values from the 'vine' controller")
@@ -109,7 +109,7 @@ def _vine(batch, algo) -> Credit:
 
 @ESTIMATORS.register("mpo")
 def _mpo(batch, algo) -> Credit:
-    """MPO (METHODS §3): multi-scale advantage on the critic's token values, normalised once
+    """MPO (docs/methods.md): multi-scale advantage on the critic's token values, normalised once
     over the batch's policy tokens (`algo.whiten`, on in the recipe); the critic regresses every
     policy token to the terminal reward R (lambda_critic = 1)."""
     if batch.old_values is None:
@@ -123,7 +123,7 @@ def _mpo(batch, algo) -> Credit:
 
 @ESTIMATORS.register("trace")
 def _trace(batch, algo) -> Credit:
-    """TRACE (METHODS §4): GRPO outcome advantage plus reference-model turn credit.
+    """TRACE (docs/methods.md): GRPO outcome advantage plus reference-model turn credit.
 
     Needs `batch.extras["trace_mean_logprobs"]` [B, M] and `["trace_num_turns"]` [B] from the
     "trace" preparer (`train/trace_reference.py`). The last turn of every episode gets the outcome

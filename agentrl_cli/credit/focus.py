@@ -1,5 +1,5 @@
 """FOCUS: continuation gain for rollout allocation and refined values on a search tree
-(METHODS.md §2).
+(docs/methods.md).
 
 The tree is given in parent-array form: node 0 is the root (parent -1), every other node's
 parent has a smaller or larger index (any order works, cycles are rejected). A node is a leaf —
@@ -22,7 +22,7 @@ def calibrated_mse(v: float, n: int, p: float, kappa: float = 1.0) -> float:
 
     Expected squared error of the calibrated estimate `m_n = (kappa v + n cbar) / (kappa + n)`
     (Beta prior of strength kappa centred on the critic value v, n Bernoulli(p) outcomes) when
-    the true value is p. METHODS marks this form as reconstructed.
+    the true value is p. the paper leaves this form to be reconstructed.
     """
     return (kappa ** 2 * (v - p) ** 2 + n * p * (1.0 - p)) / (kappa + n) ** 2
 
@@ -75,7 +75,7 @@ def _children_and_order(parent: Sequence[int], n_nodes: int) -> tuple[list[list[
 def refine_values(parent: Sequence[int], leaf_reward: Sequence[float | None],
                   critic: Sequence[float], kappa: float = 1.0,
                   gamma: float = 1.0) -> tuple[list[float | None], list[float]]:
-    """Refined values by one-step backup (METHODS.md §2, Eq. 1), bottom-up.
+    """Refined values by one-step backup (docs/methods.md, Eq. 1), bottom-up.
 
     parent: [N] parent index per node, -1 for the root (node 0).
     leaf_reward: [N] terminal reward R at leaves, None at internal nodes.

@@ -1,4 +1,4 @@
-"""The "focus" estimator: segment TD advantages of FOCUS's refined values (METHODS.md §2).
+"""The "focus" estimator: segment TD advantages of FOCUS's refined values (docs/methods.md).
 
 Inputs, from the "focus" rollout controller through `batch.extras`:
 - `focus_values[b]`: `[V~(s_0), ..., V~(s_{K_b-1})]`, the refined values of the non-leaf states

@@ -1,4 +1,4 @@
-"""Temporal-difference advantages: GAE over a sequence (PPO, METHODS.md §1) and TD(lambda)
+"""Temporal-difference advantages: GAE over a sequence (PPO, docs/methods.md) and TD(lambda)
 over one path of segment states (VinePPO §1 and FOCUS §2)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MPO: turn-level credit with token-level resolution (METHODS.md §3).
+"""MPO: turn-level credit with token-level resolution (docs/methods.md).
 
 Unbatched reference; `credit.batched.mpo_token_advantages` is the vectorised version.
 """

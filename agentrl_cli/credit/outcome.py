@@ -1,4 +1,4 @@
-"""Outcome (episode-level) advantages from a group of episodes of the same task (METHODS.md §1).
+"""Outcome (episode-level) advantages from a group of episodes of the same task (docs/methods.md).
 
 Unbatched reference definitions; `credit.batched` holds the token-level versions the trainer
 uses, which must agree with these exactly.

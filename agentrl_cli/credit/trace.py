@@ -1,4 +1,4 @@
-"""TRACE: critic-free turn credit from a frozen reference model (METHODS.md §4).
+"""TRACE: critic-free turn credit from a frozen reference model (docs/methods.md).
 
 Unbatched reference; `credit.batched.trace_token_advantages` is the vectorised version.
 """

@@ -1,1 +1,1 @@
-"""Diagnostics (METHODS.md §7): audit tree, critic ranking, variance decomposition, tool-call trends."""
+"""Diagnostics (docs/methods.md): audit tree, critic ranking, variance decomposition, tool-call trends."""

@@ -1,4 +1,4 @@
-"""Critic ranking over training (METHODS.md §7): does the critic order states the way their
+"""Critic ranking over training (docs/methods.md): does the critic order states the way their
 Monte-Carlo values do?
 
 Per checkpoint `checkpoints/step-N/` of a run that trains a critic: `episodes` episodes on the

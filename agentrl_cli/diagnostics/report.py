@@ -16,15 +16,6 @@ def _fmt(x, nd: int = 3) -> str:
     return f"{x:.{nd}f}"
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def write_json(path: Path, data: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,24 +66,27 @@ def audit_tables(res: dict, title: str) -> list[Table]:
 
 
 def plot_audit(res: dict, png: Path, title: str) -> None:
-    plt = _plt()
-    n = len(res)
-    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.8), squeeze=False)
-    for ax, (c, per) in zip(axes[0], res.items()):
-        for a, d in per.items():
+    """Value MSE vs continuations per allocator, one panel per critic: mean ± std over seeds,
+    as in the tables."""
+    from ..reporting import plots
+
+    fig, axes = plots.figure(len(res), width=5.0, height=3.9)
+    for ax, (c, per) in zip(axes, res.items()):
+        tops = []
+        for i, (a, d) in enumerate(per.items()):
             b = [max(x, 0.5) for x in d["budgets"]]
-            se = [s / math.sqrt(len(d["curves"])) for s in d["mse_std"]]
-            ax.plot(b, d["mse"], "o-", ms=3, label=a)
-            ax.fill_between(b, [m - e for m, e in zip(d["mse"], se)],
-                            [m + e for m, e in zip(d["mse"], se)], alpha=0.2)
+            ls, marker = plots.STYLES[i % len(plots.STYLES)]
+            line, = ax.plot(b, d["mse"], ls=ls, marker=marker, ms=3, label=a)
+            ax.fill_between(b, [m - s for m, s in zip(d["mse"], d["mse_std"])],
+                            [m + s for m, s in zip(d["mse"], d["mse_std"])],
+                            color=line.get_color(), alpha=0.12, lw=0)
+            tops += [m + s for m, s in zip(d["mse"], d["mse_std"])]
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("continuations spent (0 plotted at 0.5)")
-        ax.set_ylabel("value MSE vs truth (mean ± s.e. over seeds)", fontsize=8)
-        ax.set_title(f"{title}\n{c} critic", fontsize=8)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+        ax.set_xlabel("continuations spent (log scale; 0 drawn at 0.5)")
+        plots.y_from_zero(ax, "value MSE vs truth (mean ± std over seeds)", tops)
+        ax.set_title(f"{title}\n{c} critic", fontsize=9)
+        plots.legend_outside(ax, title="allocator")
+    plots.save(fig, png)
 
 
 # ----------------------------------------------------------------------------- critic ranking
@@ -111,21 +105,26 @@ def critic_rank_table(res: dict) -> Table:
 
 
 def plot_critic_rank(res: dict, png: Path) -> None:
-    plt = _plt()
+    from ..reporting import plots
+
     rows = res["checkpoints"]
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b) = plots.figure(2, width=5.0)
     pts = [(r["step"], r["spearman"]) for r in rows if r["spearman"] is not None]
-    ax[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-")
-    ax[0].axhline(0, color="grey", lw=0.5)
-    ax[0].set_xlabel("checkpoint step"), ax[0].set_ylabel("Spearman(critic, MC value)")
-    ax[0].set_ylim(-1.05, 1.05)
+    a.plot([p[0] for p in pts], [p[1] for p in pts], "o-")
+    a.axhline(0, color="grey", lw=0.8, ls="--")
+    plots.step_axis(a, "checkpoint step")
+    a.set_ylabel("Spearman(critic V, Monte Carlo value)")
+    a.set_ylim(-1.05, 1.05)
+    a.set_title(f"critic ranking: {Path(str(res['run'])).name}", fontsize=9)
     last = rows[-1]
-    ax[1].scatter(last["targets"], last["critic"], s=12)
-    ax[1].set_xlabel(f"MC value ({res['continuations']} continuations)")
-    ax[1].set_ylabel("critic V(s)"), ax[1].set_title(f"step {last['step']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+    b.scatter(last["targets"], last["critic"], s=14)
+    b.plot([0, 1], [0, 1], color="grey", ls="--", lw=0.8, label="critic = MC value")
+    b.set_xlim(-0.05, 1.05), b.set_ylim(-0.05, 1.05)
+    b.set_xlabel(f"Monte Carlo value ({res['continuations']} continuations)")
+    b.set_ylabel("critic V(s)")
+    b.set_title(f"states at step {last['step']}", fontsize=9)
+    plots.legend_outside(b)
+    plots.save(fig, png)
 
 
 # ----------------------------------------------------------------------------- variance
@@ -147,17 +146,20 @@ def variance_table(res: dict) -> Table:
 
 
 def plot_variance(res: dict, png: Path) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    from ..reporting import plots
+
+    fig, (ax,) = plots.figure(1, width=6.0)
     ax.hist(res["shares"], bins=20, range=(0, 1))
     if res["median_between_share"] is not None:
-        ax.axvline(res["median_between_share"], color="k", ls="--", label="median")
-        ax.legend()
+        ax.axvline(res["median_between_share"], color="k", ls="--",
+                   label=f"median ({res['median_between_share']:.3f})")
+    ax.axvline(0.895, color="tab:red", ls=":", label="MPO paper's median (0.895)")
+    ax.set_xlim(0, 1)
     ax.set_xlabel("between-turn share of token-weighted critic variance")
     ax.set_ylabel("episodes")
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+    ax.set_title(f"critic variance decomposition: {Path(str(res['checkpoint'])).name}", fontsize=9)
+    plots.legend_outside(ax)
+    plots.save(fig, png)
 
 
 # ----------------------------------------------------------------------------- tool calls
@@ -184,19 +186,25 @@ def tool_calls_table(res: dict, rows: int = 12) -> Table:
 
 
 def plot_tool_calls(res: dict, png: Path) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.plot(res["steps"], res["tool_calls"], alpha=0.4, label="tool calls / episode")
-    ax.plot(res["steps"], res["tool_calls_mean"], label="trailing mean")
-    ax.set_xlabel("step"), ax.set_ylabel("tool calls per episode")
-    ax2 = ax.twinx()
-    ax2.plot(res["steps"], res["success_mean"], color="tab:green", label="success (trailing)")
-    ax2.set_ylabel("training success"), ax2.set_ylim(0, 1)
-    if res["collapse"]:
-        ax.axvline(res["collapse"]["step"], color="red", ls="--", label="collapse")
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+    """Two panels on one step axis: tool calls per episode (from 0) and training success."""
+    from ..reporting import plots
+
+    fig, (a, b) = plots.figure(1, width=7.5, height=2.6, rows=2, sharex=True)
+    a.plot(res["steps"], res["tool_calls"], color="tab:blue", alpha=0.35, label="per step")
+    a.plot(res["steps"], res["tool_calls_mean"], color="tab:blue", lw=2,
+           label=f"trailing mean ({res['window']} steps)")
+    ev = sorted((int(s), v) for s, v in res["eval_tool_calls"].items() if v is not None)
+    if ev:
+        a.plot([s for s, _ in ev], [v for _, v in ev], "o", color="tab:orange", label="held-out check")
+    plots.y_from_zero(a, "tool calls per episode", res["tool_calls"])
+    b.plot(res["steps"], res["success_mean"], color="tab:green", lw=2,
+           label=f"trailing mean ({res['window']} steps)")
+    plots.rate_axis(b, "training success", res["success_mean"])
+    for ax in (a, b):
+        if res["collapse"]:
+            ax.axvline(res["collapse"]["step"], color="red", ls="--", label="collapse")
+        plots.legend_outside(ax)
+    plots.step_axis(b)
+    verdict = "tool-call collapse" if res["collapse"] else "no tool-call collapse"
+    a.set_title(f"tool calls: {Path(str(res['run'])).name} ({verdict})", fontsize=9)
+    plots.save(fig, png)

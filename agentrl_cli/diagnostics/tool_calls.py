@@ -1,4 +1,4 @@
-"""Tool calls per episode over training, and tool-call collapse (METHODS.md §2, §7).
+"""Tool calls per episode over training, and tool-call collapse (docs/methods.md).
 
 FOCUS reports that GRPO collapsed late in training: the agent stopped calling tools and answered
 at once, and success fell with it. This reads a run's `metrics.jsonl` (`rollout/tool_calls`: mean

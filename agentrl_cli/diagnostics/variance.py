@@ -1,4 +1,4 @@
-"""MPO's variance decomposition of the critic within an episode (METHODS.md §3 and §7).
+"""MPO's variance decomposition of the critic within an episode (docs/methods.md).
 
 For one episode with critic values `V_{t,i}` at the policy tokens of each turn t, weighting
 every token equally (token-weighted), the total variance around the episode's token mean splits

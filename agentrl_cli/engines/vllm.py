@@ -44,7 +44,7 @@ import torch
 from ..config import ConfigError
 from .hf import SamplingParams
 
-EXTRA_HINT = "install vLLM in its own environment (README: 'Scaling out')"
+EXTRA_HINT = "install vLLM in its own environment (docs/scaling.md)"
 
 
 def check_available() -> None:

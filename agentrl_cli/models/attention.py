@@ -1,4 +1,4 @@
-"""Sink-aware attention (METHODS.md §5), registered with transformers' attention interface.
+"""Sink-aware attention (docs/methods.md), registered with transformers' attention interface.
 
 Models such as gpt-oss carry one learned **sink logit** per head: it joins the softmax
 denominator but contributes no value, and some layers attend only to a sliding window of keys

@@ -6,11 +6,11 @@ Hugging Face folder (so `--model tiny` and `--model /path` load through the same
 cached under `$AGENTRL_CACHE` (default `~/.cache/agentrl`) keyed by a hash of the recipe.
 
 The warm-up runs a cosine learning-rate schedule over `max_steps` (annealing gave steadier
-final models than a constant rate: session 4) and checks held-out success (sampled,
+final models than a constant rate) and checks held-out success (sampled,
 temperature 1) from `eval_start`; it stops early if a check reaches `target_success`. The
 demonstrator opens a distractor document with probability `error_rate` and follows it, so even
 perfect imitation succeeds only about (1 - error_rate)^hops of the time: RL has room above.
-Recipe v8 (session 4): two layers (as good per step as four, 1.9x cheaper), error rate 0.15,
+Recipe v8: two layers (as good per step as four, 1.9x cheaper), error rate 0.15,
 cosine schedule, built on two threads.
 """
 from __future__ import annotations

@@ -71,21 +71,28 @@ def read_metrics(path: Path, on_torn: Callable[[str], None] | None = None) -> li
 
 
 def plot_learning_curve(metrics_path: Path, png: Path, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """A run's figure: held-out success per check (the base model's as a dashed line) with the
+    sampled training success per step, and generated tokens per held-out question, from 0."""
+    from . import plots
 
     rows = read_metrics(metrics_path)
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     tr = [r for r in rows if "success" in r]
     ev = [r for r in rows if "eval/success" in r]
+    base = next((r["eval/success"] for r in ev if r["step"] == 0), None)
+    fig, (a, b) = plots.figure(2, width=5.6)
     if tr:
-        ax[0].plot([r["step"] for r in tr], [r["success"] for r in tr], alpha=0.6, label="train (sampled)")
-    ax[0].plot([r["step"] for r in ev], [r["eval/success"] for r in ev], "o-", label="held-out")
-    ax[0].set_xlabel("step"), ax[0].set_ylabel("success"), ax[0].legend(), ax[0].set_title(title)
-    ax[1].plot([r["step"] for r in ev], [r["eval/tokens_per_question"] for r in ev], "o-")
-    ax[1].set_xlabel("step"), ax[1].set_ylabel("generated tokens / eval question")
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+        a.plot([r["step"] for r in tr], [r["success"] for r in tr], color="tab:blue", alpha=0.35,
+               lw=1, label="training episodes (sampled)")
+    a.plot([r["step"] for r in ev], [r["eval/success"] for r in ev], "o-", color="tab:orange",
+           ms=4, label="held-out check")
+    plots.base_line(a, base)
+    plots.step_axis(a)
+    plots.rate_axis(a, "success rate", [r["success"] for r in tr] + [r["eval/success"] for r in ev])
+    a.set_title(title or "learning curve", fontsize=10)
+    plots.legend_outside(a)
+    tok = [r["eval/tokens_per_question"] for r in ev if "eval/tokens_per_question" in r]
+    b.plot([r["step"] for r in ev if "eval/tokens_per_question" in r], tok, "o-", color="tab:orange", ms=4)
+    plots.step_axis(b)
+    plots.y_from_zero(b, "generated tokens per held-out question", tok)
+    b.set_title("episode length on the held-out check", fontsize=10)
+    plots.save(fig, png)

@@ -1,4 +1,4 @@
-"""The VinePPO controller: Monte-Carlo values of segment-boundary states (METHODS §1).
+"""The VinePPO controller: Monte-Carlo values of segment-boundary states (docs/methods.md).
 
 1. Sample `G` episodes per task exactly like `linear`, snapshotting the env at every
    segment-boundary state `s_k` (the runner's `on_state` hook; `s_k` = the episode's tokens up to

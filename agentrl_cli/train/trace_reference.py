@@ -1,5 +1,5 @@
 """TRACE's preparer: the frozen reference model's confidence in the gold answer after every
-tool-call boundary (METHODS §4), batched.
+tool-call boundary (docs/methods.md), batched.
 
 For episode b with turns 0..T_b (the last turn is the final answer, or the turn at which a limit
 cut the episode), the boundary states are `S_k = token_ids[:turns[k].start]`, `k = 0..T_b`:

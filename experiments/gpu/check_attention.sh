@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the sink-aware attention (METHODS.md §5), in one call of under 8 minutes:
+# GPU check of the sink-aware attention (docs/methods.md), in one call of under 8 minutes:
 #   1. the gpu-marked equivalence tests of tests/test_attention.py (sink_flex and sink_sdpa vs
 #      gpt-oss eager attention on CUDA: outputs and gradients of q, k, v, sinks; a whole tiny
 #      gpt-oss model's logits and parameter gradients; left padding through the mask builders);

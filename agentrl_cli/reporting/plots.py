@@ -1,0 +1,115 @@
+"""The one plotting helper every figure of the product goes through (train, ablate, diagnose).
+
+Conventions, so that every figure reads the same way:
+- a step axis has integer ticks and is labelled "training step";
+- every y axis is labelled, and its range is chosen not to magnify noise: rates live in [0, 1]
+  (or from 0 to a little above the data), counts such as tokens start at 0 (`y_from_zero`);
+- several seeds are one line, their mean, with a band of ± one sample std over seeds, the same
+  "mean ± std" the tables print (`mean_band`);
+- the base model's value is a dashed grey line (`base_line`);
+- legends sit outside the axes, to the right (`legend_outside`), never on the data;
+- the title names what was run: method, env, seed(s) (`run_title`).
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ("-", "v"), ("--", "P"), ("-.", "X")]
+
+
+def plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
+
+
+def figure(panels: int = 1, width: float = 6.0, height: float = 3.8, rows: int = 1, sharex=False):
+    """`panels` axes side by side (or `rows` x panels); returns (fig, flat list of axes)."""
+    fig, axes = plt().subplots(rows, panels, figsize=(width * panels, height * rows),
+                               squeeze=False, sharex=sharex)
+    return fig, [a for row in axes for a in row]
+
+
+def save(fig, png: Path) -> None:
+    """Write atomically (temp file + rename) and free the figure."""
+    png = Path(png)
+    tmp = png.with_name(f".{png.stem}.{os.getpid()}.tmp.png")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    plt().close(fig)
+    os.replace(tmp, png)
+
+
+def step_axis(ax, label: str = "training step") -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(label)
+
+
+def rate_axis(ax, label: str, values: Sequence[float] = ()) -> None:
+    """A success rate: from 0 to the data's top plus a margin (at least 0.5, at most 1)."""
+    top = max([v for v in values if v is not None and math.isfinite(v)] or [0.0])
+    ax.set_ylim(0, min(1.0, max(0.5, top * 1.15 + 0.02)))
+    ax.set_ylabel(label)
+
+
+def y_from_zero(ax, label: str, values: Sequence[float] = ()) -> None:
+    """A count (tokens, tool calls): from 0, so that a 0.1% wobble looks like one."""
+    top = max([v for v in values if v is not None and math.isfinite(v)] or [1.0])
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    ax.set_ylabel(label)
+
+
+def base_line(ax, y: float | None, label: str = "base model") -> None:
+    if y is not None:
+        ax.axhline(y, color="grey", ls="--", lw=1.2, label=f"{label} ({y:.3f})")
+
+
+def mean_std(series: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """Pointwise mean and sample std (0 for one series) over equally long series."""
+    means, stds = [], []
+    for col in zip(*series):
+        m = sum(col) / len(col)
+        means.append(m)
+        stds.append(math.sqrt(sum((x - m) ** 2 for x in col) / (len(col) - 1)) if len(col) > 1 else 0.0)
+    return means, stds
+
+
+def mean_band(ax, xs: Sequence[float], series: Sequence[Sequence[float]], label: str, i: int = 0,
+              lw: float = 1.6) -> None:
+    """One line: the mean over `series` (seeds) with a ± std band; style `i` of STYLES, so
+    identical lines stay distinguishable by dash and marker."""
+    ls, marker = STYLES[i % len(STYLES)]
+    m, s = mean_std(series)
+    n = len(series)
+    line, = ax.plot(xs, m, ls=ls, marker=marker, ms=4, lw=lw,
+                    label=label + (f" (n={n})" if n > 1 else ""))
+    if n > 1:
+        ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
+                        color=line.get_color(), alpha=0.15, lw=0)
+
+
+def legend_outside(ax, fontsize: int = 8, title: str | None = None) -> None:
+    h, lab = ax.get_legend_handles_labels()
+    if h:
+        ax.legend(h, lab, fontsize=fontsize, title=title, title_fontsize=fontsize,
+                  loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
+
+
+def run_title(method: str | None = None, env: str | None = None, seeds=None, extra: str = "") -> str:
+    parts = []
+    if method:
+        parts.append(str(method))
+    if env:
+        parts.append(f"on {env}")
+    if seeds is not None:
+        seeds = list(seeds) if isinstance(seeds, (list, tuple)) else [seeds]
+        parts.append(("seed " if len(seeds) == 1 else "seeds ") + ",".join(map(str, seeds)))
+    return " ".join(parts) + (f"\n{extra}" if extra else "")
