@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.credit import refine_values, segment_td_advantages
+from agentrl_cli.credit import focus_gain, refine_values, segment_td_advantages
 from agentrl_cli.credit.estimators import ESTIMATORS
 from agentrl_cli.credit.focus_estimator import focus_segment_advantages
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
@@ -286,9 +286,50 @@ def test_rollout_cli_writes_trees(tmp_path):
     trees = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(trees) == 2
     for t in trees:
-        assert t["nodes"][0]["parent"] == -1 and len(t["paths"]) == 2
+        assert t["nodes"][0]["parent"] == -1 and len(t["paths"]) >= 2
         assert set(t["episodes"]) == set(t["paths"])
         assert all({"v", "n", "cbar", "g", "G_bar", "V_tilde"} <= set(nd) for nd in t["nodes"])
+
+
+def test_rollout_cli_trees_use_the_warm_critic_and_own_sample_counts(tmp_path, micro_policy):
+    """`agentrl rollout --method focus` on a model folder with a fitted value head starts from
+    that head (as `train` does), applies the recipe's matched budget, and writes trees whose
+    counts are own samples: every inner node n == 1 + launched (the root: roots + launched)."""
+    import shutil
+
+    from safetensors.torch import save_file
+    from typer.testing import CliRunner
+
+    from agentrl_cli.cli.main import app
+    from agentrl_cli.models.loading import model_path
+    from agentrl_cli.models.tiny import VALUE_HEAD
+
+    folder = tmp_path / "model"
+    shutil.copytree(model_path(config.load(sets=MICRO), log=lambda s: None), folder)
+    hidden = micro_policy[0].config.hidden_size
+    save_file({"weight": torch.zeros(1, hidden), "bias": torch.tensor([0.3])}, str(folder / VALUE_HEAD))
+    out = tmp_path / "trees.jsonl"
+    args = ["rollout", "--method", "focus", "--model", str(folder), "--out", str(out), "--n", "4",
+            "-g", "1", "--seed", "1"]
+    for s in MICRO + ["rollout.max_new_tokens=6", "rollout.group_size=6"]:
+        args += ["--set", s]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "value head starts from" in r.output and "budget: " in r.output
+    trees = [json.loads(x) for x in out.read_text().splitlines()]
+    launched = 0
+    for t in trees:
+        assert t["question"] and t["gold_answer"]
+        roots = sum(1 for nd in t["nodes"] if nd["parent"] == 0 and nd["path"] < 8)
+        for nd in t["nodes"]:
+            if nd["reward"] is None:
+                assert nd["v"] == pytest.approx(0.3, abs=1e-6)      # the warm head, not 0.5
+                own = nd["n"] - nd["launched"]
+                assert own == 1 or (nd["id"] == 0 and own >= 1), nd
+                launched += nd["launched"]
+            else:
+                assert "model_answer" in nd
+    assert launched > 0, "the matched budget must leave room to branch"
 
 
 def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
@@ -366,3 +407,48 @@ def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
     assert got["refined"] != got["loo"]
     with pytest.raises(config.ConfigError, match="focus_baseline"):
         _algo(focus_baseline="mean")
+
+
+def _hand_run(rule: str) -> Tree:
+    """root -> two root paths (0, 1); continuation 2 from path 0's depth-1 node a; continuation
+    3 from node c, which continuation 2 created; continuation 4 from a, still running."""
+    t = Tree("task", 0)
+    t.add(-1, 0, 10, 0)
+    p0 = t.start_path(0, 0, False, rule)
+    a = t.grow(0, p0, 1, 20)                       # node 1, created by path 0
+    t.land(0, p0, 0, False, 1.0, 2, 30, rule)      # leaf 2
+    p1 = t.start_path(1, 0, False, rule)
+    t.land(1, p1, 0, False, 0.0, 1, 25, rule)      # leaf 3
+    p2 = t.start_path(2, a.id, True, rule)
+    c = t.grow(2, p2, 2, 40)                       # node 4, created by continuation 2
+    t.land(2, p2, a.id, True, 0.0, 3, 50, rule)    # leaf 5
+    p3 = t.start_path(3, c.id, True, rule)         # from a node another continuation created
+    t.land(3, p3, c.id, True, 1.0, 3, 55, rule)    # leaf 6
+    t.start_path(4, a.id, True, rule)              # in flight
+    return t
+
+
+def test_own_sample_counts_on_a_hand_built_tree():
+    t = _hand_run("own")
+    root, a, c = t.nodes[0], t.nodes[1], t.nodes[4]
+    # root: its two root episodes (1.0, 0.0); nothing was launched from it
+    assert (root.n, root.csum, root.inflight, root.launched) == (2, 1.0, 0, 0)
+    # a: the path that created it (1.0) and continuation 2 (0.0); continuation 3 landed below
+    # a through c (launched from c), so it is not a's own sample; continuation 4 is in flight
+    assert (a.n, a.csum, a.inflight, a.launched, a.own_inflight) == (2, 1.0, 1, 2, 1)
+    # c: created by continuation 2 (0.0), plus continuation 3 launched from it (1.0)
+    assert (c.n, c.csum, c.inflight, c.launched) == (2, 1.0, 0, 1)
+    assert c.n == 1 + c.launched and a.n == 1 + (a.launched - a.own_inflight)
+    # the in-flight continuation raises a's effective count: n_eff = 3
+    a.v = 0.2
+    assert focus_mod.gain(a, 1.0, "plugin") == pytest.approx(
+        focus_gain(0.2, 2, 0.5, 1.0, n_inflight=1))
+
+
+def test_subtree_evidence_reproduces_the_old_counts():
+    t = _hand_run("subtree")
+    root, a, c = t.nodes[0], t.nodes[1], t.nodes[4]
+    # every completed leaf below, every running path through
+    assert (root.n, root.csum, root.inflight) == (4, 2.0, 1)
+    assert (a.n, a.csum, a.inflight) == (3, 2.0, 1)
+    assert (c.n, c.csum, c.inflight) == (2, 1.0, 0)

@@ -47,16 +47,17 @@ def rollout_cmd(
     trees = None
     if policy == "model" and cfg.algo.controller == "focus":
         from ..rollout.collect import collect_trees
-        eps, trees = collect_trees(cfg, n=n, split=split, group_size=group_size)
+        eps, trees, budget = collect_trees(cfg, n=n, split=split, group_size=group_size,
+                                           log=lambda m: Console().print(m, highlight=False))
     else:
         eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w") as f:
         if trees is not None:  # FOCUS: one tree per line, its paths' episodes included
-            for tree in trees:
-                row = tree.to_json()
-                row["episodes"] = {k: eps[int(k)].to_json() for k in row["paths"]}
+            from ..rollout.collect import tree_rows
+
+            for row in tree_rows(trees, eps):
                 f.write(json.dumps(row) + "\n")
         else:
             for e in eps:
@@ -71,4 +72,13 @@ def rollout_cmd(
               f"{sum(e.num_turns for e in eps) / m:.2f}", f"{sum(e.num_tool_calls for e in eps) / m:.2f}",
               f"{sum(e.generated_tokens for e in eps) / m:.1f}")
     Console().print(t)
+    if trees is not None:
+        from collections import Counter
+
+        launched = Counter(nd.depth for tr in trees for nd in tr.nodes for _ in range(nd.launched))
+        total = sum(launched.values())
+        by_depth = ", ".join(f"depth {d}: {launched[d]}" for d in sorted(launched)) or "none"
+        Console().print(f"{total} continuations launched ({by_depth}); budget "
+                        f"{budget or 'none'}; generated {sum(e.generated_tokens for e in eps)} tokens",
+                        highlight=False)
     Console().print(f"wrote {out}", highlight=False)

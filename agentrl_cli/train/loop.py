@@ -92,28 +92,38 @@ class Learner:
     comm: Local = field(default_factory=Local)  # data-parallel collectives (no-ops in one process)
 
 
+def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
+                   log: Callable[[str], None] = print) -> torch.nn.Module | None:
+    """The critic a run of `cfg.method` starts with (None for a critic-free recipe): the
+    `model.critic` form, and for the estimators the tiny build's fitted value head was fitted
+    for (`WARM_CRITIC_ESTIMATORS`) that head, when the model folder has one. `train` and
+    `agentrl rollout --method focus` both start from it."""
+    if not METHODS.get(cfg.method).critic:
+        return None
+    torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
+    own = cfg.model.critic == "separate" and bool(cfg.model.critic_path)
+    base = (load_critic_model(cfg, model_path, next(model.parameters()).device)
+            if own else None)
+    critic = build_critic(cfg.model.critic, model, base)
+    warm = Path(model_path) / VALUE_HEAD if model_path else None
+    # the tiny build's fitted critic (on the policy's features), for the estimators it was
+    # fitted for
+    if (warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS
+            and not own):
+        from safetensors.torch import load_file
+
+        load_head_state(critic, load_file(str(warm)))
+        log(f"critic: value head starts from {warm}")
+    if is_separate(critic):
+        log("critic: a separate model (" + (f"from {cfg.model.critic_path}" if own else
+                                            "a copy of the initial policy") + ") + value head")
+    return critic
+
+
 def build_learner(cfg: RunConfig, model, comm: Local | None = None,
                   model_path: str | None = None, log: Callable[[str], None] = print) -> Learner:
     recipe = METHODS.get(cfg.method)
-    critic = None
-    if recipe.critic:
-        torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
-        own = cfg.model.critic == "separate" and bool(cfg.model.critic_path)
-        base = (load_critic_model(cfg, model_path, next(model.parameters()).device)
-                if own else None)
-        critic = build_critic(cfg.model.critic, model, base)
-        warm = Path(model_path) / VALUE_HEAD if model_path else None
-        # the tiny build's fitted critic (on the policy's features), for the estimators it was
-        # fitted for
-        if (warm is not None and warm.is_file() and cfg.algo.estimator in WARM_CRITIC_ESTIMATORS
-                and not own):
-            from safetensors.torch import load_file
-
-            load_head_state(critic, load_file(str(warm)))
-            log(f"critic: value head starts from {warm}")
-        if is_separate(critic):
-            log("critic: a separate model (" + (f"from {cfg.model.critic_path}" if own else
-                                                "a copy of the initial policy") + ") + value head")
+    critic = initial_critic(cfg, model, model_path, log)
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
         reference = copy.deepcopy(model).eval()
@@ -409,7 +419,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
     if comm.is_main:
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
         png = out / f".learning_curve.{os.getpid()}.tmp.png"
-        plot_learning_curve(out / "metrics.jsonl", png, title=f"{cfg.method} on {cfg.env.name}")
+        plot_learning_curve(out / "metrics.jsonl", png, title=f"{cfg.method} on {cfg.env.name}, seed {cfg.seed}")
         os.replace(png, out / "learning_curve.png")
         metrics.close()
     comm.close()
