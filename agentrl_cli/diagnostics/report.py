@@ -115,7 +115,7 @@ def plot_critic_rank(res: dict, png: Path) -> None:
     plots.step_axis(a, "checkpoint step")
     a.set_ylabel("Spearman(critic V, Monte Carlo value)")
     a.set_ylim(-1.05, 1.05)
-    a.set_title(f"critic ranking: {Path(str(res['run'])).name}", fontsize=9)
+    a.set_title(f"critic ranking: {plots.run_label(res['run'])}", fontsize=9)
     last = rows[-1]
     b.scatter(last["targets"], last["critic"], s=14)
     b.plot([0, 1], [0, 1], color="grey", ls="--", lw=0.8, label="critic = MC value")
@@ -206,5 +206,5 @@ def plot_tool_calls(res: dict, png: Path) -> None:
         plots.legend_outside(ax)
     plots.step_axis(b)
     verdict = "tool-call collapse" if res["collapse"] else "no tool-call collapse"
-    a.set_title(f"tool calls: {Path(str(res['run'])).name} ({verdict})", fontsize=9)
+    a.set_title(f"tool calls: {plots.run_label(res['run'])} ({verdict})\n{res['run']}", fontsize=9)
     plots.save(fig, png)

@@ -104,12 +104,20 @@ def legend_outside(ax, fontsize: int = 8, title: str | None = None) -> None:
 
 
 def run_title(method: str | None = None, env: str | None = None, seeds=None, extra: str = "") -> str:
-    parts = []
-    if method:
-        parts.append(str(method))
-    if env:
-        parts.append(f"on {env}")
+    head = " on ".join(str(x) for x in (method, env) if x)
     if seeds is not None:
         seeds = list(seeds) if isinstance(seeds, (list, tuple)) else [seeds]
-        parts.append(("seed " if len(seeds) == 1 else "seeds ") + ",".join(map(str, seeds)))
-    return " ".join(parts) + (f"\n{extra}" if extra else "")
+        head += (", " if head else "") + ("seed " if len(seeds) == 1 else "seeds ") + ",".join(map(str, seeds))
+    return head + (f"\n{extra}" if extra else "")
+
+
+def run_label(run) -> str:
+    """'mpo on search, seed 0' from a run folder's config.json, else the folder's name."""
+    import json
+
+    p = Path(str(run))
+    try:
+        cfg = json.loads((p / "config.json").read_text())
+        return run_title(cfg.get("method"), (cfg.get("env") or {}).get("name"), cfg.get("seed"))
+    except (OSError, ValueError, AttributeError):
+        return p.name
