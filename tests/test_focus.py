@@ -452,3 +452,20 @@ def test_subtree_evidence_reproduces_the_old_counts():
     assert (root.n, root.csum, root.inflight) == (4, 2.0, 1)
     assert (a.n, a.csum, a.inflight) == (3, 2.0, 1)
     assert (c.n, c.csum, c.inflight) == (2, 1.0, 0)
+
+
+def test_tree_normalisation_centres_and_scales_per_tree():
+    from agentrl_cli.credit.focus_estimator import tree_normalize
+
+    # tree 0: rewards 1, 0, 0 (std 0.577); tree 1: all 0 (no contrast)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
+    group = torch.tensor([0, 0, 0, 1, 1])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 1, 1], [1, 1, 1], [1, 0, 0]], dtype=torch.float32)
+    adv = torch.tensor([[0.6, 0.4, 9.0], [-0.3, 9.0, 9.0], [9.0, -0.2, -0.1], [0.5, 0.5, 0.5], [-1.0, 9.0, 9.0]])
+    out = tree_normalize(adv, mask, rewards, group)
+    tok = [0.6, 0.4, -0.3, -0.2, -0.1]
+    mean, sd = sum(tok) / 5, torch.tensor([1.0, 0.0, 0.0]).std().item()
+    want0 = [[(0.6 - mean) / sd, (0.4 - mean) / sd, 0], [(-0.3 - mean) / sd, 0, 0], [0, (-0.2 - mean) / sd, (-0.1 - mean) / sd]]
+    torch.testing.assert_close(out[:3], torch.tensor(want0), rtol=1e-5, atol=1e-5)
+    assert float(out[:3].sum()) == pytest.approx(0.0, abs=1e-5)   # centred on its policy tokens
+    assert float(out[3:].abs().sum()) == 0.0                      # no outcome contrast: no signal

@@ -10,9 +10,9 @@ Inputs, from the "focus" rollout controller through `batch.extras`:
 `A_k = sum_l (gamma lam)^l delta_{k+l}` with `delta_k = (R if k = K-1 else gamma V~(s_{k+1})) -
 V~(s_k)` (`credit.segment_td_advantages`, lam = `algo.focus_lam`, 0 by default), broadcast to the
 policy tokens of segment k. A continuation's inherited segments carry no policy tokens in its
-episode (response_mask 0), so every segment is trained once. `algo.focus_norm=tree` divides a
-tree's advantages by the std of its paths' rewards (and zeroes a tree without outcome contrast),
-the per-task scale GRPO's group normalisation gives; `algo.whiten` optionally normalises the
+episode (response_mask 0), so every segment is trained once. `algo.focus_norm=tree` centres a
+tree's advantages on its policy tokens and divides them by the std of its paths' rewards (and
+zeroes a tree without outcome contrast), the per-task scale GRPO's group normalisation gives; `algo.whiten` optionally normalises the
 advantages over the batch instead.
 """
 from __future__ import annotations
@@ -55,6 +55,25 @@ def tree_scale(rewards: torch.Tensor, group_index: torch.Tensor, eps: float = 1e
     return torch.where(informative, 1.0 / (sd + eps), torch.zeros_like(sd))
 
 
+def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
+                   group_index: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """[B, L] `algo.focus_norm=tree`: per task tree (rows sharing `group_index`), subtract the
+    mean advantage over the tree's policy tokens, then divide by the std of its paths' rewards
+    (`tree_scale`: 0 for a tree without outcome contrast).
+
+    Centring per tree replaces the critic's offset for that task (a critic that lags behind a
+    policy that improves puts every path of a task above or below its baseline) by the tree's
+    own evidence, keeping the state-dependent part of the refined values; the scale is GRPO's
+    per-group one, so a hard task's rare success weighs as much as under GRPO."""
+    _, inv = torch.unique(group_index, return_inverse=True)
+    n = int(inv.max()) + 1 if inv.numel() else 0
+    tok = torch.zeros(n, dtype=adv.dtype).scatter_add_(0, inv, (adv * mask).sum(1))
+    cnt = torch.zeros(n, dtype=adv.dtype).scatter_add_(0, inv, mask.sum(1).to(adv.dtype))
+    mean = tok / cnt.clamp(min=1)
+    scale = tree_scale(rewards, group_index, eps)
+    return (adv - mean[inv][:, None]) * mask * scale[:, None]
+
+
 @ESTIMATORS.register("focus")
 def focus_credit(batch, algo) -> Credit:
     if "focus_values" not in batch.extras:
@@ -63,7 +82,7 @@ def focus_credit(batch, algo) -> Credit:
                                    algo.gamma, algo.focus_lam)
     adv = batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask)
     if algo.focus_norm == "tree":
-        adv = adv * tree_scale(batch.rewards, batch.group_index)[:, None]
+        adv = tree_normalize(adv, batch.response_mask, batch.rewards, batch.group_index)
     if algo.whiten:
         adv = batched.masked_whiten(adv, batch.response_mask)
     returns, value_mask = focus_critic_targets(batch.extras["focus_value_targets"],
