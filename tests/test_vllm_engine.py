@@ -46,7 +46,7 @@ def test_train_with_vllm_here_is_a_one_line_error_exit_2(tmp_path):
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "--engine vllm needs" in lines[0]
     if importlib.util.find_spec("vllm") is None:
-        assert "not installed" in lines[0] and "Scaling out" in lines[0]
+        assert "not installed" in lines[0] and "docs/scaling.md" in lines[0]
 
 
 def test_check_engine_names_each_missing_piece(monkeypatch):
