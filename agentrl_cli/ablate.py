@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import ConfigError, RunConfig, load
+from .errors import ConfigError
+from .config import RunConfig
 from .registry import Registry
+from .train.setup import load_checked
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,8 @@ class Sweep:
         return [*self.base_sets, *cell.sets, f"rollout.budget_tokens={self.budget}"]
 
     def cell_config(self, cell: Cell, seed: int) -> RunConfig:
-        return load(self.config_file, self.cell_sets(cell), method=cell.method, seed=seed,
+        """The cell's config, its plugin names checked (a typo fails before any run)."""
+        return load_checked(self.config_file, self.cell_sets(cell), method=cell.method, seed=seed,
                     out=str(self.run_dir(cell, seed)))
 
 

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
-
-class ConfigError(ValueError):
-    """A user mistake in the configuration; the message is one line."""
+from .errors import ConfigError  # re-exported: `from agentrl_cli.config import ConfigError`
 
 
 @dataclass(frozen=True)
@@ -566,25 +564,14 @@ def load(
         if value is not None:
             merged[key] = value
     cfg = build(merged)
-    check_names(cfg)
+    check_model(cfg)
     return cfg
 
 
-def check_names(cfg: RunConfig) -> None:
-    """Unknown env / engine / estimator / loss / controller / context operator -> one line
-    listing the valid ones."""
-    from .context import OPERATORS
-    from .credit.estimators import ESTIMATORS
-    from .engines import ENGINES
-    from .envs import ENVS
-    from .rollout.controllers import CONTROLLERS
-    from .train.update import POLICY_LOSSES
-
-    for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
-                      (ESTIMATORS, cfg.algo.estimator), (POLICY_LOSSES, cfg.algo.loss),
-                      (CONTROLLERS, cfg.algo.controller), (OPERATORS, cfg.context.operator)):
-        if name not in reg:
-            reg.get(name)  # raises the one-line RegistryError
+def check_model(cfg: RunConfig) -> None:
+    """`model.name` is 'tiny', a local model folder or a hub id; a local folder given as a
+    model or critic is a model, not a run folder. (Plugin names are checked where things are
+    built: `train.setup.check_names`.)"""
     m = cfg.model.name
     if m != "tiny" and not Path(m).expanduser().is_dir():
         hub_like = m.count("/") == 1 and not m.startswith((".", "/", "~"))

@@ -240,8 +240,11 @@ def test_config_validation():
         config.load(sets=["context.operator=compaction", "model.attention=flex_attention"])
     with pytest.raises(ConfigError, match="context.style"):
         config.load(sets=["context.style=bullet"])
+    from agentrl_cli.train.setup import check_names
+
+    bad = config.load(sets=["context.operator=compact"])   # a value: config does not know plugins
     with pytest.raises(Exception, match="unknown context operator 'compact'"):
-        config.load(sets=["context.operator=compact"])
+        check_names(bad)
     assert config.load(sets=["context.threshold_tokens=9999"]).context.operator == "none"
 
 

@@ -13,7 +13,7 @@ from agentrl_cli.engines.hf import HFEngine, SamplingParams
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.train.batch import collate
 from agentrl_cli.train.prepare import PREPARERS
-from agentrl_cli.train.trace_reference import answer_mean_logprobs
+from agentrl_cli.train.prepare.trace_reference import answer_mean_logprobs
 
 
 
@@ -63,7 +63,7 @@ def test_batched_reference_logprobs_equal_single_passes(micro_policy, episodes, 
 
 def test_microbatches_respect_the_token_budget(micro_policy, monkeypatch):
     model, _, fmt, _ = micro_policy
-    import agentrl_cli.train.trace_reference as tr
+    import agentrl_cli.train.prepare.trace_reference as tr
 
     shapes = []
     real = tr.hidden_states

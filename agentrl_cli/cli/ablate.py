@@ -14,7 +14,7 @@ from .options import ConfigOpt, SeedOpt, SetOpt, load_config, user_errors
 
 
 def _values(text: str, what: str) -> list[str]:
-    from ..config import ConfigError
+    from ..errors import ConfigError
 
     vals = [v.strip() for v in text.split(",") if v.strip()]
     if not vals:
@@ -62,7 +62,8 @@ def ablate_cmd(
 ):
     """Sweep config keys, methods and seeds: one `agentrl train` run per cell and seed; a rerun skips finished runs. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""  # noqa: E501
     from .. import ablate as AB
-    from ..config import RunConfig, ConfigError, _check_key, parse_sets, read_yaml
+    from ..errors import ConfigError
+    from ..config import RunConfig, _check_key, parse_sets, read_yaml
     from ..methods import METHODS
 
     console = Console()

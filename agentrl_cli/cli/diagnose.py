@@ -76,7 +76,7 @@ def audit_tree_cmd(
 ):
     """Value MSE vs continuations for each allocator on an audit tree with known values.
     Example: agentrl diagnose audit-tree --json audit.json (figure: audit_tree.png)"""
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from ..diagnostics.audit import AuditSpec, SyntheticWorld, run_audit
     from ..diagnostics.report import audit_json, audit_tables, plot_audit
 

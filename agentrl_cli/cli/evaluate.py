@@ -35,7 +35,8 @@ def eval_cmd(
     seed: SeedOpt = None,
 ):
     """Evaluate pass@k, pass^k, mean@1 and tokens per question on the held-out set the trainer checks. Example: agentrl eval --checkpoint runs/x"""
-    from ..config import ConfigError, load_saved
+    from ..errors import ConfigError
+    from ..config import load_saved
     from ..evaluation.runner import run_eval
     from ..reporting.live import eval_table
 

@@ -30,8 +30,9 @@ def load_config(config: Path | None, sets: list[str] | None, benchmark: str | No
     """The RunConfig of a command. `benchmark` (a benchmarks.yaml entry) sets the env and its
     presets, after checking that the benchmark can run here (else a one-line error); `--env`
     naming a benchmark's env applies the same presets."""
-    from ..config import ConfigError, load
+    from ..errors import ConfigError
     from ..envs.benchmarks import get_benchmark, load_benchmarks
+    from ..train.setup import load_checked
 
     f = flags(**kw)
     method = f.pop("_method")
@@ -51,7 +52,7 @@ def load_config(config: Path | None, sets: list[str] | None, benchmark: str | No
         same = sorted((b for b in table.values() if b.env == f["env.name"]),
                       key=lambda b: b.name != f["env.name"])
         presets = same[0].presets() if same else None
-    return load(str(config) if config else None, sets, method=method, presets=presets, **f)
+    return load_checked(str(config) if config else None, sets, method=method, presets=presets, **f)
 
 
 def default_out(cfg) -> Path:
@@ -65,7 +66,7 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from ..config import ConfigError
+        from ..errors import ConfigError
         from ..registry import RegistryError
 
         try:

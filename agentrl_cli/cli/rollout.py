@@ -33,7 +33,7 @@ def rollout_cmd(
     """Roll out episodes and write them as JSONL. Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
     from ..rollout.collect import collect
 
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from ..train.run_folder import check_output_file
 
     if policy not in ("model", "expert"):

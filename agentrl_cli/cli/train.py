@@ -39,7 +39,7 @@ def train_cmd(
     sets += [f"rollout.workers={rollout_workers}"] if rollout_workers is not None else []
     sets += [f"rollout.ray_address={ray_address}"] if ray_address is not None else []
     if resume is not None:
-        from ..config import ConfigError
+        from ..errors import ConfigError
         from ..train.checkpoint import is_checkpoint
 
         if out is not None or overwrite:

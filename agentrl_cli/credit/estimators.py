@@ -126,7 +126,7 @@ def _trace(batch, algo) -> Credit:
     """TRACE (docs/methods.md): GRPO outcome advantage plus reference-model turn credit.
 
     Needs `batch.extras["trace_mean_logprobs"]` [B, M] and `["trace_num_turns"]` [B] from the
-    "trace" preparer (`train/trace_reference.py`). The last turn of every episode gets the outcome
+    "trace" preparer (`train/prepare/trace_reference.py`). The last turn of every episode gets the outcome
     term only: it is the final answer, or (for an episode cut by a limit) a turn whose
     observation never entered the context, so its information gain cannot be measured.
     """
@@ -140,5 +140,3 @@ def _trace(batch, algo) -> Credit:
         alpha_out=algo.alpha_out, alpha_turn=algo.alpha_turn)
     return Credit(adv)
 
-
-from . import focus_estimator as _focus_estimator  # noqa: E402,F401  (registers "focus")

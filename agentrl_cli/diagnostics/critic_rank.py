@@ -13,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from .mc import continue_from, critic_at_states, load_checkpoint_policy, sample_episodes
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from ..envs.base import Task
 from ..types import Episode
 

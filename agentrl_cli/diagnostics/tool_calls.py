@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 
 def trailing_mean(xs: Sequence[float], window: int) -> list[float]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from .audit import median
 
 

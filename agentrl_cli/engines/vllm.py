@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .hf import SamplingParams
 
 EXTRA_HINT = "install vLLM in its own environment (docs/scaling.md)"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import ENVS, Task
 
 __all__ = ["Benchmark", "benchmarks_file", "data_root", "get_benchmark", "load_benchmarks",

@@ -49,7 +49,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import ENVS, StepResult, Task
 
 __all__ = [

@@ -15,7 +15,7 @@ import copy
 import re
 from typing import Any, Callable
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import StepResult, Task
 
 __all__ = ["CallEnv", "CallSpec", "parse_call"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import ENVS, Task
 from .calls import CallEnv, CallSpec
 

@@ -16,7 +16,7 @@ import random
 import string
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import StepResult, Task
 
 __all__ = ["QAEnv", "QASpec", "VERIFIERS", "extract_answer", "extract_boxed", "verify"]

@@ -23,7 +23,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import ENVS, Task
 from .calls import CallEnv
 

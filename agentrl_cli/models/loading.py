@@ -5,7 +5,8 @@ from typing import Callable
 
 import torch
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from .chat import ChatFormat
 from .tiny import TinyRecipe, ensure_tiny
 

@@ -36,7 +36,7 @@ def expert_format(cfg: RunConfig, spec):
     tokenizer with the tiny chat template (one token per byte)."""
     from transformers import AutoTokenizer
 
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from ..envs.benchmarks import real_benchmark_envs
     from ..models.chat import ChatFormat
     from ..models.loading import model_path

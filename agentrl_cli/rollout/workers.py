@@ -54,7 +54,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from ..engines.hf import SamplingParams, sample_rows
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat

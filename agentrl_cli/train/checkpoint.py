@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .run_folder import atomic_write_text
 
 STATE_FILE = "trainer_state.pt"

@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 
 BUCKET_BYTES = 32 * 2**20  # gradients all-reduced in flat buckets of about this size
 

@@ -19,7 +19,8 @@ from typing import Callable
 import torch
 
 from .. import losses
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from ..context import wrap_spec
 from ..credit.estimators import ESTIMATORS
 from ..engines import build_engine, check_engine

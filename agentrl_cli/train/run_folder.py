@@ -25,7 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 LOCK = ".lock"
 # what a run writes, and all that --overwrite removes

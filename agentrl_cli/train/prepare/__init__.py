@@ -6,10 +6,7 @@ every tool-call boundary). Estimators without an entry need nothing extra.
 """
 from __future__ import annotations
 
-from typing import Callable
+from .base import PREPARERS
+from . import trace_reference  # noqa: F401  (registers "trace")
 
-from ..registry import Registry
-
-PREPARERS: Registry[Callable] = Registry("preparer")
-
-from . import trace_reference as _trace_reference  # noqa: E402,F401  (registers "trace")
+__all__ = ["PREPARERS"]

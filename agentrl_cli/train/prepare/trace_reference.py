@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import ConfigError
-from ..context.windows import visible_ids
-from ..models.sequences import hidden_states, logprobs_from_hidden
-from ..types import Episode
-from .prepare import PREPARERS
+from ...errors import ConfigError
+from ...context.windows import visible_ids
+from ...models.sequences import hidden_states, logprobs_from_hidden
+from ...types import Episode
+from .base import PREPARERS
 
 
 def boundary_rows(episodes: list[Episode], answer_ids: list[list[int]]) -> list[tuple[int, int, list[int], int]]:
