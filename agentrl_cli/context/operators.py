@@ -24,7 +24,7 @@ whole stored episode.
 """
 from __future__ import annotations
 
-from ..rollout.runner import append_observation, step_env
+from .episode import append_observation, step_env
 from ..types import Turn
 from .windows import visible_len
 
@@ -43,7 +43,7 @@ class ContextOperator:
 
     `advance(live, fmt, turn, max_tokens, max_new_tokens)` returns
     `(chunk or None when the episode ended, boundary, reset)` like `rollout.runner.advance`.
-    Stateless: per-episode state lives on the `_Live` (`summarizing`) and on the env.
+    Stateless: per-episode state lives on the `LiveEpisode` (`summarizing`) and on the env.
     """
 
     name = ""

@@ -118,7 +118,7 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
     """`n` fresh continuations from each state (batched `rollout.batch_size` at a time)."""
     from ..context.windows import resume_from_visible
     from ..rollout.controllers import RolloutContext, shape_rewards
-    from ..rollout.runner import _Live, drive_batch, new_episode
+    from ..rollout.runner import LiveEpisode, drive_batch, new_episode
 
     jobs = [i for i in range(len(states)) for _ in range(n)]
     out: list[list[Episode]] = [[] for _ in states]
@@ -132,7 +132,7 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
             env.restore(st.snapshot)
             ep = new_episode(st.task, st.group, st.prefix)
             resume_from_visible(ep, st.source)
-            lives.append(_Live(ep, env))
+            lives.append(LiveEpisode(ep, env))
             chunks.append(list(st.prefix))
             which.append(i)
         done = drive_batch(pol.engine, pol.fmt, lives, chunks, pol.params, c.max_tokens, gen)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult, run_groups, shape_rewards
 from ..context.windows import resume_from_visible, visible_ids
-from .runner import _Live, drive_batch, new_episode
+from .runner import LiveEpisode, drive_batch, new_episode
 
 
 @dataclass
@@ -152,7 +152,7 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
             ep = new_episode(tasks[src.group], src.group, st.prefix)
             resume_from_visible(ep, src)
             ep.meta.update(vine_state=s, source=st.source, boundary=st.boundary)
-            lives.append(_Live(ep, env))
+            lives.append(LiveEpisode(ep, env))
             chunks.append(list(st.prefix))
         done = drive_batch(ctx.engine, ctx.fmt, lives, chunks, ctx.params, ctx.max_tokens,
                            ctx.generator)

@@ -63,7 +63,7 @@ from ..registry import Registry
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .planner import FocusPlanner, PlanPath, compact_rows, path_generator, seed_base
-from .runner import _Live, append_turn, apply_step, new_episode, start_context
+from .runner import LiveEpisode, append_turn, apply_step, new_episode, start_context
 from .tree import Node
 
 INF = math.inf
@@ -114,7 +114,7 @@ class _Run:
     """A path on an executor."""
 
     pid: int
-    live: _Live
+    live: LiveEpisode
     gen: torch.Generator
     tick: int                     # virtual tick of its latest sampled token
     row: int | None = None        # engine row (hf)
@@ -155,7 +155,7 @@ class PathExecutor:
             gen.set_state(job.gen_state)
         else:
             gen = path_generator(*job.seed)
-        return _Run(job.pid, _Live(copy.deepcopy(job.episode), env), gen, job.start_tick - 1)
+        return _Run(job.pid, LiveEpisode(copy.deepcopy(job.episode), env), gen, job.start_tick - 1)
 
     def _start(self, job: PathJob, run: _Run) -> _Run:
         raise NotImplementedError
