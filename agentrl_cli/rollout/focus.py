@@ -1,5 +1,5 @@
 """The FOCUS controller, in process: an asynchronous tree rollout that spends the step's
-generation budget where the critic is most wrong (METHODS.md §2).
+generation budget where the critic is most wrong (docs/methods.md, focus).
 
 The trees, the allocator, the budget and every bookkeeping rule are `planner.FocusPlanner`'s
 (shared with the path scheduler of `rollout.workers`); this module is its in-process driver: it

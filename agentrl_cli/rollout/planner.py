@@ -1,5 +1,5 @@
 """The FOCUS planner: the trees, the allocator and the launch/absorb rules of one step, with no
-engine (METHODS.md §2). Two drivers compose it and only move tokens:
+engine (docs/methods.md, focus). Two drivers compose it and only move tokens:
 `rollout.focus.FocusRunner` (one in-process KV batch) and `rollout.workers.PathScheduler`
 (path executors, local or on Ray workers, on a virtual clock). Whatever a rule decides (which
 node gets the next continuation, when the budget is spent, what a continuation's episode
@@ -22,8 +22,8 @@ controller's (task, group) order), continuations R, R+1, ... in launch order.
 has generated plus what its running paths are expected to still generate (a root priced at the
 mean finished root; a continuation at its launch price: the mean tokens that finished paths
 through its origin generated after that node, the same pricing as VinePPO's plan). A
-continuation is launched only if the committed tokens plus its own price fit the budget (METHODS
-§2: a continuation in flight is charged its expected length at launch), so the step does not
+continuation is launched only if the committed tokens plus its own price fit the budget (the
+method: a continuation in flight is charged its expected length at launch), so the step does not
 overshoot by what is in flight. Without a budget the step completes `tasks x group_size` paths,
 as many episodes as GRPO (roots included; the roots per task are capped at `group_size`).
 Roots are launched before any continuation.

@@ -1,11 +1,11 @@
-"""FOCUS search trees (METHODS.md §2): one tree per task, nodes are segment-boundary states.
+"""FOCUS search trees (docs/methods.md, focus): one tree per task, nodes are segment-boundary states.
 
 A node is the state `s` the policy is about to act from: the task prompt (the root) or an
 episode's context right after an observation was appended. A *leaf* is the terminal state of
 one episode (a root-to-leaf path) and carries its reward `R`. Every episode (path) that passes
 through a node has the same first `position` tokens, so any of them can be forked there.
 
-Evidence kept per node (METHODS.md §2, "own samples"), updated as paths finish: the own
+Evidence kept per node (docs/methods.md, focus: "own samples"), updated as paths finish: the own
 samples of a node are the path that created it plus every continuation launched from it (for
 the root: every root episode and every continuation launched from the root). `n` counts its
 completed own samples (a leaf counts itself), `cbar` their mean outcome, `inflight` its own
