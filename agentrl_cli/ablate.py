@@ -156,15 +156,17 @@ def measure_budget(cfg: RunConfig) -> int:
     """Tokens one linear rollout step of `cfg` generates (step 1's tasks, the initial policy)."""
     import torch
 
-    from .engines.hf import ENGINES, SamplingParams
+    from .config import step_seed
+    from .context import make_spec
+    from .engines import build_engine, sampling_params
     from .models.loading import load_policy
     from .rollout.runner import run_episodes
-    from .train.loop import TaskSampler, make_spec, step_seed
+    from .train.loop import TaskSampler
 
     model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
     spec = make_spec(cfg)
-    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
-    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+    engine = build_engine(cfg, model, fmt)
+    params = sampling_params(cfg)
     tasks = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(cfg.rollout.group_size)]
     eps = run_episodes(engine, fmt, spec, pairs, params, cfg.rollout.max_tokens,

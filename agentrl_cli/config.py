@@ -360,6 +360,12 @@ def _validate_context(cfg: RunConfig) -> None:
                           f"model.attention must be sdpa, eager or sink_sdpa, got {cfg.model.attention}")
 
 
+def step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A per-step seed derived from the run's seed: resuming at step s regenerates exactly the
+    same randomness."""
+    return (seed * 1_000_003 + step * 7919 + salt * 104_729) % (2**63 - 1)
+
+
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
     """{'train.lr': 2e-4, ...} for every leaf field."""
     out: dict[str, Any] = {}

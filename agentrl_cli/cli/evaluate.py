@@ -69,7 +69,7 @@ def eval_cmd(
     sample_seed, same = None, ""
     if run is not None and seed is None and ckpt.name.startswith("step-"):
         # the trainer's own held-out check at this step: same tasks, samples and seed
-        from ..train.loop import step_seed
+        from ..config import step_seed
 
         step = int(ckpt.name.split("-")[1])
         sample_seed = step_seed(cfg.seed, step, salt=3)

@@ -46,7 +46,7 @@ def rollout_cmd(
                       engine=engine, seed=seed)
     trees = None
     if policy == "model" and cfg.algo.controller == "focus":
-        from ..rollout.collect import collect_trees
+        from ..train.trees import collect_trees
         eps, trees, budget = collect_trees(cfg, n=n, split=split, group_size=group_size,
                                            log=lambda m: Console().print(m, highlight=False))
     else:

@@ -1,7 +1,7 @@
 """Context management (docs/methods.md): `none` (default), `compaction`, `workspace`.
 
 `context.operator` picks an operator from `OPERATORS`; `wrap_spec(spec, cfg.context)` (called
-by `train.loop.make_spec`, so training, evaluation and `agentrl rollout` all use it) makes the
+by `make_spec`, so training, evaluation and `agentrl rollout` all use it) makes the
 env spec's envs carry it. The rollout runner asks it what to feed after every turn
 (`context.operators`); a stored episode keeps one token sequence with its context windows
 (`context.windows`), and the trainer's forward masks attention by window so its log-probs are
@@ -35,5 +35,19 @@ def wrap_spec(spec, cfg):
     return spec if op is None else ContextSpec(spec, op)
 
 
+def make_spec(cfg):
+    """The env spec of a `RunConfig`: the one place it is built (training, evaluation,
+    `agentrl rollout`, ablate and diagnostics call it). Every env factory receives the whole env
+    section (as the tiny model's builder does) and documents which options apply to it. Its
+    envs run under the configured context operator (`wrap_spec`; unchanged for `none`)."""
+    from ..envs import ENVS
+
+    e = cfg.env
+    spec = ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
+                            max_turns=e.max_turns, n_entities=e.n_entities, n_train=e.n_train,
+                            n_eval=e.n_eval, relations=e.relations, repos=e.repos)
+    return wrap_spec(spec, cfg.context)
+
+
 __all__ = ["OPERATORS", "Compaction", "ContextEnv", "ContextOperator", "ContextSpec", "Workspace",
-           "make_operator", "visible_ids", "visible_len", "window_index", "wrap_spec"]
+           "make_operator", "make_spec", "visible_ids", "visible_len", "window_index", "wrap_spec"]

@@ -55,10 +55,10 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
     latest checkpoint), or of `cfg.model` when `ckpt` is None (no critic then)."""
     import dataclasses
 
-    from ..engines.hf import ENGINES, SamplingParams
+    from ..context import make_spec
+    from ..engines import build_engine, sampling_params
     from ..models.loading import load_policy
     from ..train import checkpoint
-    from ..train.loop import make_spec
 
     head_dir = None
     if ckpt is not None:
@@ -66,8 +66,8 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
     model, _, fmt, path = load_policy(cfg, log=lambda s: None)
     head = load_critic(head_dir, model) if head_dir else None
-    engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
-    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+    engine = build_engine(cfg, model, fmt)
+    params = sampling_params(cfg)
     return Policy(cfg, model, fmt, make_spec(cfg), engine, params, head, str(head_dir or path))
 
 

@@ -28,5 +28,11 @@ def build_engine(cfg, model, fmt):
     return cls(model, fmt.pad_id, next(model.parameters()).device)
 
 
+def sampling_params(cfg, greedy: bool = False) -> SamplingParams:
+    """The configured sampling parameters (`rollout.temperature`, `top_p`, `max_new_tokens`)."""
+    r = cfg.rollout
+    return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, greedy=greedy)
+
+
 __all__ = ["ENGINES", "HFEngine", "KVBatch", "SamplingParams", "build_engine", "check_engine",
-           "sample"]
+           "sample", "sampling_params"]

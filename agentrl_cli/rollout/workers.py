@@ -56,6 +56,7 @@ import torch
 
 from ..errors import ConfigError
 from ..config import RunConfig
+from ..engines import sampling_params
 from ..engines.hf import SamplingParams, sample_rows
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
@@ -379,14 +380,14 @@ class RolloutWorker:
     built from the run's config (the model folder must be readable at the same path)."""
 
     def __init__(self, cfg: RunConfig, share: int):
+        from ..context import make_spec
         from ..engines import build_engine
         from ..models.loading import load_policy
-        from ..train.loop import make_spec
 
         torch.set_num_threads(1)  # one CPU per actor (its Ray resource)
         model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
         self.engine = build_engine(cfg, model, fmt)
-        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+        params = sampling_params(cfg)
         self.executor = make_executor(self.engine, fmt, make_spec(cfg), params,
                                       cfg.rollout.max_tokens, share)
 
@@ -783,7 +784,7 @@ def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model,
     controller = PATH_CONTROLLERS.get(name)
     values = CriticValues(model, critic)
     if cfg.rollout.workers == 0:
-        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+        params = sampling_params(cfg)
         executor = make_executor(engine, fmt, spec, params, cfg.rollout.max_tokens)
         runner = PathRunner(LocalPool(executor), values, ticks=1)
 

@@ -20,12 +20,10 @@ import torch
 
 from .. import losses
 from ..errors import ConfigError
-from ..config import RunConfig
-from ..context import wrap_spec
+from ..config import RunConfig, step_seed
+from ..context import make_spec
 from ..credit.estimators import ESTIMATORS
-from ..engines import build_engine, check_engine
-from ..engines.hf import SamplingParams
-from ..envs import ENVS
+from ..engines import build_engine, check_engine, sampling_params
 from ..evaluation.runner import evaluate
 from ..methods import METHODS
 from ..models.critic import build_critic, critic_config, critic_mode, is_separate, load_head_state
@@ -40,22 +38,6 @@ from .distributed import Local, from_env
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
 from .update import POLICY_LOSSES
-
-
-def step_seed(seed: int, step: int, salt: int = 0) -> int:
-    """A per-step seed: resuming at step s regenerates exactly the same randomness."""
-    return (seed * 1_000_003 + step * 7919 + salt * 104_729) % (2**63 - 1)
-
-
-def make_spec(cfg: RunConfig):
-    """The configured env spec. Every env factory receives the whole env section (as the tiny
-    model's builder does) and documents which options apply to it. Its envs run under the
-    configured context operator (`context.wrap_spec`; unchanged for `none`)."""
-    e = cfg.env
-    spec = ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
-                            max_turns=e.max_turns, n_entities=e.n_entities, n_train=e.n_train,
-                            n_eval=e.n_eval, relations=e.relations, repos=e.repos)
-    return wrap_spec(spec, cfg.context)
 
 
 class TaskSampler:
@@ -303,7 +285,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
     rollouts = open_rollouts(cfg, engine, fmt, spec, model, learner.critic, out, log)
     sampler = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step)
     eval_tasks = spec.tasks("eval", cfg.train.eval_tasks)
-    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
+    params = sampling_params(cfg)
     if comm.is_main:
         atomic_write_text(out / "config.json",
                           json.dumps(dataclasses.replace(cfg, out=str(out)).to_dict(), indent=2))
