@@ -22,6 +22,7 @@ from agentrl_cli.models.sequences import token_logprobs
 from agentrl_cli.rollout import workers as W
 from agentrl_cli.rollout.controllers import RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
+from agentrl_cli.rollout.vllm_paths import VLLMPathExecutor
 
 from conftest import MICRO
 
@@ -139,7 +140,7 @@ def test_vllm_path_executor_runs_focus_on_the_virtual_clock(micro_policy):
     params = SamplingParams(max_new_tokens=8)
     results = []
     for ticks in (1, 3):
-        ex = vllm_mod.VLLMPathExecutor(FakeTurnEngine(model), fmt, spec, params, 512)
+        ex = VLLMPathExecutor(FakeTurnEngine(model), fmt, spec, params, 512)
         runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=ticks)
         ctx = RolloutContext(None, fmt, spec, params, 3, 512, 2, 0, torch.Generator().manual_seed(1),
                              algo=algo)
