@@ -9,12 +9,13 @@ Two references per estimator, both producing the same [B, L] tensor as the batch
 - "python loop": a Python loop over episodes and tokens on plain floats.
 The loops are timed on a subset of episodes and scaled linearly to 256 (printed below).
 
-Run: python benchmarks/bench_estimators.py  [--subset 32] [--repeats 3] [--threads 1]
+Run: python benchmarks/bench_estimators.py  [--subset 32] [--repeats 7] [--threads 1]
 """
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 
 import torch
@@ -201,19 +202,20 @@ def python_loops(d: dict, n: int) -> dict:
     return {"grpo": grpo, "gae": gae, "mpo": mpo, "trace": trace}
 
 
-def best_time(fn, repeats: int) -> tuple[float, object]:
-    best, result = float("inf"), None
+def median_time(fn, repeats: int) -> tuple[float, object]:
+    """Median wall time of `repeats` calls (robust to a busy machine) and the last result."""
+    times, result = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
         result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subset", type=int, default=32, help="episodes timed in the loop references")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=7, help="timed calls per cell (median)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (1 by default: on small shared CPUs extra threads "
                          "mostly add synchronisation overhead to these [256, L] ops)")
@@ -225,7 +227,7 @@ def main() -> None:
     fast, tl, pl = batched(d), torch_loops(d, n), python_loops(d, n)
     print(f"batch: {B} episodes x {TURNS} turns x {TOKENS} policy tokens "
           f"(L = {d['mask'].shape[1]} positions), float32, torch threads = {torch.get_num_threads()}")
-    print(f"loop references timed on {n} episodes and scaled x{scale:g} to {B}; best of {args.repeats}")
+    print(f"loop references timed on {n} episodes and scaled x{scale:g} to {B}; median of {args.repeats}")
     header = f"{'estimator':<10}{'batched ms':>12}{'torch loop ms':>15}{'speed-up':>10}" \
              f"{'python loop ms':>16}{'speed-up':>10}{'max |diff|':>12}"
     print(header)
@@ -233,10 +235,10 @@ def main() -> None:
     for name in fast:
         fn = fast[name]
         fn()  # warm-up
-        t_fast, out = best_time(fn, args.repeats)
+        t_fast, out = median_time(fn, args.repeats)
         out = out[0] if isinstance(out, tuple) else out
-        t_torch, ref_t = best_time(tl[name], 1 if name in ("gae", "mpo") else args.repeats)
-        t_py, ref_p = best_time(pl[name], args.repeats)
+        t_torch, ref_t = median_time(tl[name], 1 if name in ("gae", "mpo") else args.repeats)
+        t_py, ref_p = median_time(pl[name], args.repeats)
         diff = max(float((out[:n] - ref_t).abs().max()), float((out[:n] - ref_p).abs().max()))
         t_torch, t_py = t_torch * scale, t_py * scale
         print(f"{name:<10}{t_fast * 1e3:>12.2f}{t_torch * 1e3:>15.1f}{t_torch / t_fast:>9.0f}x"
