@@ -9,7 +9,7 @@ Two references per estimator, both producing the same [B, L] tensor as the batch
 - "python loop": a Python loop over episodes and tokens on plain floats.
 The loops are timed on a subset of episodes and scaled linearly to 256 (printed below).
 
-Run: python benchmarks/bench_estimators.py  [--subset 32] [--repeats 7] [--threads 1]
+Run: python benchmarks/bench_estimators.py  [--subset 32] [--repeats 7] [--threads 1] [--clock cpu]
 """
 from __future__ import annotations
 
@@ -202,13 +202,17 @@ def python_loops(d: dict, n: int) -> dict:
     return {"grpo": grpo, "gae": gae, "mpo": mpo, "trace": trace}
 
 
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
 def median_time(fn, repeats: int) -> tuple[float, object]:
-    """Median wall time of `repeats` calls (robust to a busy machine) and the last result."""
+    """Median time of `repeats` calls (robust to a busy machine) and the last result."""
     times, result = [], None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         result = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times), result
 
 
@@ -219,7 +223,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (1 by default: on small shared CPUs extra threads "
                          "mostly add synchronisation overhead to these [256, L] ops)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                    help="cpu: this thread's CPU time (user + system, so page faults count; "
+                         "steady on a shared machine); wall: elapsed time")
     args = ap.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     n = args.subset - args.subset % GROUP or GROUP
     d = make_batch()
@@ -227,7 +236,8 @@ def main() -> None:
     fast, tl, pl = batched(d), torch_loops(d, n), python_loops(d, n)
     print(f"batch: {B} episodes x {TURNS} turns x {TOKENS} policy tokens "
           f"(L = {d['mask'].shape[1]} positions), float32, torch threads = {torch.get_num_threads()}")
-    print(f"loop references timed on {n} episodes and scaled x{scale:g} to {B}; median of {args.repeats}")
+    print(f"loop references timed on {n} episodes and scaled x{scale:g} to {B}; median of {args.repeats}, "
+          f"{args.clock} time")
     header = f"{'estimator':<10}{'batched ms':>12}{'torch loop ms':>15}{'speed-up':>10}" \
              f"{'python loop ms':>16}{'speed-up':>10}{'max |diff|':>12}"
     print(header)

@@ -478,3 +478,51 @@ def test_blocked_suffix_sum_matches_sequential_loop(W):
             got = _discounted_suffix_sum(delta, dec, rs)
             assert got.shape == (B, W)
             assert torch.allclose(got, ref, atol=1e-10, rtol=1e-10)
+
+
+def test_batched_long_rows_full_rows_and_stray_turn_ids():
+    """Rows longer than several scan blocks (a three-level blocked scan), a row where every
+    position is a policy token (no environment or padding position to spare), and turn ids on
+    tokens outside the mask: gae, mpo and trace still equal the unbatched definitions."""
+    g = torch.Generator().manual_seed(7)
+    L = 1500
+    mask = torch.zeros(3, L, dtype=DT)
+    turn_index = torch.full((3, L), -1, dtype=torch.long)
+    mask[0] = 1.0                                   # one turn filling the whole row
+    turn_index[0] = 0
+    bounds = [(0, 400), (430, 900), (905, 1490)]    # three turns with gaps between them
+    for t, (a, b) in enumerate(bounds):
+        mask[1, a:b] = 1.0
+        turn_index[1, a:b] = t
+    turn_index[1, 900:905] = 1                      # stray turn id on non-policy tokens
+    mask[2, 10:12] = 1.0
+    turn_index[2, 10:12] = 0
+    values = torch.rand(3, L, generator=g, dtype=DT)
+    rewards = torch.tensor([1.0, 0.0, 1.0], dtype=DT)
+    adv, ret = credit.gae_token_advantages(rewards, values, mask, 0.99, 0.95)
+    mpo = credit.mpo_token_advantages(values, rewards, turn_index, mask, 0.8, 0.95, 1.0)
+    for b in range(3):
+        pos = mask[b].nonzero().squeeze(1)
+        r = torch.zeros(len(pos), dtype=DT)
+        r[-1] = rewards[b]
+        want_adv, want_ret = credit.gae(r, values[b, pos], 0.99, 0.95)
+        assert torch.allclose(adv[b, pos], want_adv, atol=1e-8)
+        assert torch.allclose(ret[b, pos], want_ret, atol=1e-8)
+        turns = [((turn_index[b] == t) & (mask[b] > 0)).nonzero().squeeze(1)
+                 for t in range(int(turn_index[b].max()) + 1)]
+        want = credit.mpo_advantages([values[b, p] for p in turns], float(rewards[b]), 0.8, 0.95, 1.0)
+        for p, w in zip(turns, want):
+            assert torch.allclose(mpo[b, p], w, atol=1e-8)
+    assert torch.all(adv[mask == 0] == 0) and torch.all(mpo[mask == 0] == 0)
+
+    ml = -torch.rand(3, 4, generator=g, dtype=DT)
+    num_turns = torch.tensor([1, 3, 1])
+    A_out = torch.tensor([0.5, -1.0, 2.0], dtype=DT)
+    tr = credit.trace_token_advantages(ml, num_turns, A_out, turn_index, mask,
+                                       final_turn_is_answer=False)
+    for b in range(3):
+        r = credit.trace_turn_rewards(ml[b, :int(num_turns[b]) + 1], float(A_out[b]))
+        for t in range(int(num_turns[b])):
+            p = ((turn_index[b] == t) & (mask[b] > 0)).nonzero().squeeze(1)
+            assert torch.allclose(tr[b, p], A_out[b] + 0.2 * r[t], atol=1e-10)
+    assert torch.all(tr[mask == 0] == 0)

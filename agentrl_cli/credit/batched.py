@@ -12,10 +12,13 @@ Every function works on a right-padded batch of B episodes flattened to L token 
 
 Each function agrees (to float rounding) with the unbatched reference in `credit.outcome`,
 `credit.gae`, `credit.mpo` and `credit.trace`; `tests/test_credit.py` checks that on random
-batches. Loops run over time positions (or turns / look-ahead steps), never over episodes.
+batches. No Python loop runs over episodes, turns or tokens (only over TRACE's K look-ahead
+steps); recursions are blocked matrix-product scans over packed policy tokens.
 Outputs are 0 outside the mask.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -69,42 +72,62 @@ def _max_turn(turn_index: Tensor, valid: Tensor) -> int:
     return int(torch.where(valid, turn_index, turn_index.new_full((), -1)).max())
 
 
+_SCAN_CHUNK = 32  # positions per block of the blocked scans (and packed widths' multiple)
+
+
 class _Packed:
     """The valid (policy) positions of each row of a [B, L] batch, packed to the left in order.
 
     After packing, "the next policy token" is simply the next column, so environment tokens and
-    padding disappear from the recursions. `order[b, j]` is the position of row b's j-th policy
-    token; `valid[b, j]` says whether slot j exists for row b (rows have different counts).
+    padding disappear from the recursions. Packed tensors are [B, width]: column 0 is a dump
+    that every position which is not packed maps to (empty in every row), row b's policy tokens
+    fill slots 1..count[b] in order, and at least one empty slot follows (`width` = the largest
+    count + 2, rounded up to a multiple of `_SCAN_CHUNK` so that the scans need no padding).
+    `order[b, j]` is the position of row b's token in slot j; `valid[b, j]` says whether slot j
+    holds a token; `last[b] = count[b]` is the slot of row b's last policy token (the dump if
+    the row has none).
+
+    Built with one float cumsum and one scatter; unpacking is one gather. On a CPU, integer
+    cumsums and cummins, and every extra [B, L] pass or fresh buffer (page faults), cost more
+    than the arithmetic. Slot numbers are exact while L < 2^24 (float64 beyond).
     """
 
     def __init__(self, valid: Tensor):
         B, L = valid.shape
         self.L = L
-        count = valid.sum(1)
-        self.width = int(count.max()) if B else 0
-        slot = (valid.cumsum(1) - 1).masked_fill_(~valid, self.width)  # invalid -> dump column
-        pos = torch.arange(L, device=valid.device).expand(B, L)
-        order = torch.zeros(B, self.width + 1, dtype=torch.long, device=valid.device)
-        self.order = order.scatter_(1, slot, pos)[:, :self.width]
-        self.valid = torch.arange(self.width, device=valid.device) < count[:, None]
-        self._dest = self.order.masked_fill(~self.valid, L)  # empty slots -> dump column
+        device = valid.device
+        ftype = torch.float32 if L < 2 ** 24 else torch.float64
+        seen = torch.cumsum(valid, 1, dtype=ftype)          # rank among the row's policy tokens
+        self.count = seen[:, -1].to(torch.long) if L else torch.zeros(B, dtype=torch.long,
+                                                                        device=device)
+        self.max_count = int(self.count.max()) if B else 0
+        W = self.width = -(-(self.max_count + 2) // _SCAN_CHUNK) * _SCAN_CHUNK
+        j = torch.arange(W, device=device)
+        self.valid = (j <= self.count[:, None]) & (j > 0)
+        self._empty = ~self.valid
+        self.last = self.count
+        self._slot = seen.mul_(valid).to(torch.long)        # rank, or 0 (the dump) if not packed
+        self.order = torch.zeros(B, W, dtype=torch.long, device=device).scatter_(
+            1, self._slot, torch.arange(L, device=device).expand(B, L))
 
     def pack(self, x: Tensor, fill=0) -> Tensor:
-        """[B, L] -> [B, width]; empty slots get `fill`."""
-        return x.gather(1, self.order).masked_fill_(~self.valid, fill)
+        """[B, L] -> [B, width]; empty slots (the dump included) get `fill`."""
+        return x.gather(1, self.order).masked_fill_(self._empty, fill)
 
     def unpack(self, x: Tensor) -> Tensor:
-        """[B, width] -> [B, L]; positions that are not policy tokens get 0."""
-        out = x.new_zeros(x.shape[0], self.L + 1)
-        return out.scatter_(1, self._dest, x)[:, :self.L]
+        """[B, width] -> [B, L]; positions that are not policy tokens get 0. Sets x's dump
+        column to 0 in place; other empty slots of x are ignored."""
+        x[:, 0] = 0
+        return x.gather(1, self._slot)
+
+    def add_at_last(self, x: Tensor, value: Tensor) -> Tensor:
+        """`x[b, last[b]] += value[b]` in place (into the dump for a row without tokens)."""
+        return x.scatter_add_(1, self.last[:, None], value.to(x.dtype)[:, None])
 
 
 def _shift_left(x: Tensor, fill=0) -> Tensor:
     """`out[:, j] = x[:, j + 1]`, last column `fill`."""
     return torch.cat([x[:, 1:], torch.full_like(x[:, :1], fill)], dim=1)
-
-
-_SCAN_CHUNK = 64
 
 
 def _discounted_suffix_sum(delta: Tensor, decay: float, restart: Tensor | None = None) -> Tensor:
@@ -116,10 +139,10 @@ def _discounted_suffix_sum(delta: Tensor, decay: float, restart: Tensor | None =
 
     A blocked scan, so that a 1,000-token episode is not 1,000 sequential tiny ops: within
     chunks of `_SCAN_CHUNK` positions the suffix sum is one matrix product with the chunk's
-    transfer matrix `M[i, k] = decay^(k - i)` (k >= i), and only the chunk starts are carried
-    right to left (W / chunk steps on [B] vectors). Restarts subtract what flowed in from
-    beyond the segment's end: `A_j = S_j - decay^(r + 1 - j) S_{r+1}`, with S the unrestarted
-    sum and r the first restart at or after j.
+    transfer matrix `M[i, k] = decay^(k - i)` (k >= i), and the chunk starts are the same scan
+    one level up (decay^chunk between chunks). Restarts subtract what flowed in from beyond the
+    segment's end: `A_j = S_j - decay^(r + 1 - j) S_{r+1}`, with S the unrestarted sum and r the
+    first restart at or after j.
     """
     B, W = delta.shape
     if W == 0:
@@ -128,32 +151,52 @@ def _discounted_suffix_sum(delta: Tensor, decay: float, restart: Tensor | None =
     S = _blocked_scan(delta, decay)
     if restart is None:
         return S
-    idx = torch.arange(W, device=delta.device).expand(B, W)
-    ends = torch.where(restart, idx, torch.full_like(idx, W - 1))
-    r = ends.flip(1).cummin(1).values.flip(1)                  # first restart at or after j
-    S_next = torch.cat([S, S.new_zeros(B, 1)], dim=1).gather(1, r + 1)
-    power = torch.pow(torch.as_tensor(decay, dtype=delta.dtype, device=delta.device),
-                      (r + 1 - idx).to(delta.dtype))
-    return S - power * S_next
+    after = _segment_ends(restart) + 1
+    S_next = torch.cat([S, S.new_zeros(B, 1)], dim=1).gather(1, after)
+    powers = torch.pow(torch.as_tensor(decay, dtype=delta.dtype, device=delta.device),
+                       torch.arange(W + 1, dtype=delta.dtype, device=delta.device))
+    distance = after.sub_(torch.arange(W, device=delta.device))  # r + 1 - j, in 1..W
+    flow = powers.expand(B, W + 1).gather(1, distance).mul_(S_next)
+    return S.sub_(flow)
+
+
+def _segment_ends(restart: Tensor) -> Tensor:
+    """[B, W] bool -> [B, W] long: the first position at or after j where `restart` is True,
+    W - 1 if there is none. One float cumsum, one scatter, one gather."""
+    B, W = restart.shape
+    r = restart.to(torch.float32 if W < 2 ** 24 else torch.float64)
+    before = (r.cumsum(1) - r).to(torch.long)           # restarts strictly before j
+    idx = torch.arange(W, device=restart.device).expand(B, W)
+    table = torch.full((B, W + 1), W - 1, dtype=torch.long, device=restart.device)
+    table.scatter_(1, torch.where(restart, before, W), idx)  # k-th restart's position
+    return table[:, :W].gather(1, before)
 
 
 def _blocked_scan(delta: Tensor, decay: float) -> Tensor:
+    """The unrestarted suffix sum of `_discounted_suffix_sum` ([B, W], W >= 1)."""
     B, W = delta.shape
     C = min(_SCAN_CHUNK, W)
     n = -(-W // C)
-    d = torch.nn.functional.pad(delta, (0, n * C - W)).view(B * n, C)
-    i = torch.arange(C, device=delta.device, dtype=delta.dtype)
+    d = delta if n * C == W else torch.nn.functional.pad(delta, (0, n * C - W))
+    MT, exit_ = _transfer(C, float(decay), delta.dtype, delta.device)
+    local = (d.reshape(B * n, C) @ MT).view(B, n, C)         # suffix sums within each chunk
+    if n > 1:
+        # A at each chunk's first position: the same recursion over the chunk heads, decay^C
+        # apart; then each chunk receives decay^(C - i) times the next chunk's head
+        starts = _blocked_scan(local[:, :, 0].contiguous(), decay ** C)
+        local[:, :-1].addcmul_(starts[:, 1:, None], exit_)
+    return local.view(B, n * C)[:, :W]
+
+
+@functools.lru_cache(maxsize=32)
+def _transfer(C: int, decay: float, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The blocked scan's constants for one chunk size and decay (read-only): the transposed
+    transfer matrix `M[i, k] = decay^(k - i)` (k >= i, else 0) and `decay^(C - i)`, [C]."""
+    i = torch.arange(C, device=device, dtype=dtype)
     gap = i[None, :] - i[:, None]                             # k - i
-    base = torch.as_tensor(decay, dtype=delta.dtype, device=delta.device)
-    M = torch.where(gap >= 0, torch.pow(base, gap.clamp(min=0)), torch.zeros((), dtype=delta.dtype))
-    local = (d @ M.T).view(B, n, C)                           # suffix sums within each chunk
-    exit_ = torch.pow(base, C - i)                            # decay^(C - i): to the next chunk
-    starts = local.new_zeros(B, n + 1)                        # A at each chunk's first position
-    top = float(exit_[0])
-    for j in reversed(range(n)):
-        starts[:, j] = local[:, j, 0] + top * starts[:, j + 1]
-    out = local + exit_ * starts[:, 1:, None]
-    return out.reshape(B, n * C)[:, :W]
+    base = torch.as_tensor(decay, dtype=dtype, device=device)
+    M = torch.where(gap >= 0, torch.pow(base, gap.clamp(min=0)), torch.zeros((), dtype=dtype))
+    return M.T.contiguous(), torch.pow(base, C - i)
 
 
 def _group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -222,11 +265,9 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
     """
     packed = _Packed(response_mask > 0)
     v = packed.pack(values)
-    has_next = _shift_left(packed.valid, False)
-    is_last = packed.valid & ~has_next
-    delta = rewards[:, None] * is_last + gamma * _shift_left(v) - v  # empty slots: 0
+    delta = packed.add_at_last(_shift_left(v).mul_(gamma).sub_(v), rewards)  # empty slots: 0
     adv = _discounted_suffix_sum(delta, gamma * lam)
-    return packed.unpack(adv), packed.unpack(adv + v)
+    return packed.unpack(adv), packed.unpack(adv.add_(v))
 
 
 # ----------------------------------------------------------------------------- MPO
@@ -242,44 +283,49 @@ def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
     `beta` x (the centred intra-turn trace with `lam_intra`, which restarts at every turn).
     Follow with `masked_whiten(adv, response_mask)` to normalise over the batch's valid tokens.
     """
-    valid = (response_mask > 0) & (turn_index >= 0)
-    B = values.shape[0]
-    n_turns = _max_turn(turn_index, valid) + 1
-    if n_turns == 0:
+    packed = _Packed((response_mask > 0) & (turn_index >= 0))
+    if packed.max_count == 0:
         return torch.zeros_like(values)
-    packed = _Packed(valid)
+    B, W = values.shape[0], packed.width
+    dtype, device = values.dtype, values.device
     v = packed.pack(values)
-    turn = packed.pack(turn_index, fill=-1)
-    next_turn = _shift_left(turn, -1)
-    prev_turn = torch.cat([turn.new_full((B, 1), -1), turn[:, :-1]], dim=1)
+    # turn of each packed token; turns are numbered in order of position, so a row's slots hold
+    # non-decreasing turns (each turn a run of consecutive slots), its last slot the largest
+    slot = packed.pack(turn_index, fill=W)
+    slot[:, 0] = -1                                   # the dump column sorts first
+    n_turns = int(slot.gather(1, packed.last[:, None]).max()) + 1
+    t = torch.arange(n_turns, device=device)
+    after = torch.searchsorted(slot, t.expand(B, n_turns).contiguous(), right=True)
+    # after[b, t]: the slot after turn t's last one (the next turn's first, or an empty slot)
+    counts = after - torch.cat([after.new_ones(B, 1), after[:, :-1]], dim=1)
+    T = (counts > 0).sum(1, keepdim=True)             # turns of each row
+    slot.clamp_(max=n_turns)[:, 0] = n_turns          # empty slots and the dump -> column n_turns
 
-    # intra-turn trace: token TD residuals (gamma = 1), accumulated with lam_intra within a turn
-    is_last = packed.valid & (next_turn < 0)
-    delta = rewards[:, None] * is_last + _shift_left(v) - v  # empty slots: 0
-    intra = _discounted_suffix_sum(delta, lam_intra, restart=next_turn != turn)
+    # intra-turn trace: token TD residuals (gamma = 1), accumulated with lam_intra within a turn:
+    # the unrestarted suffix sum S minus what flows in from the next turn's first slot,
+    # lam_intra^(after - j) S[after]
+    delta = packed.add_at_last(_shift_left(v).sub_(v), rewards)  # empty slots: 0
+    S = _blocked_scan(delta, lam_intra)
+    dump = torch.full((B, 1), W, dtype=torch.long, device=device)
+    distance = torch.cat([after, dump], dim=1).gather(1, slot).sub_(torch.arange(W, device=device))
+    powers = torch.pow(torch.as_tensor(float(lam_intra), dtype=dtype, device=device),
+                       torch.arange(W + 1, dtype=dtype, device=device))
+    inflow = torch.cat([S.gather(1, after), S.new_zeros(B, 1)], dim=1).gather(1, slot)
+    intra = S.sub_(powers.expand(B, W + 1).gather(1, distance).mul_(inflow))  # distance >= 1
 
     # turn-level GAE on the value at each turn's first policy token
-    dump = torch.full_like(turn, n_turns)  # scatter target for tokens that are not turn starts
-    is_first = packed.valid & (prev_turn != turn)
-    first = v.new_zeros(B, n_turns + 1).scatter_(1, torch.where(is_first, turn, dump), v)[:, :n_turns]
-    turns_per_row = turn.max(1).values + 1
-    t = torch.arange(n_turns, device=v.device)
-    next_first = torch.where(t + 1 < turns_per_row[:, None], _shift_left(first), 0.0)
-    is_final_turn = t == (turns_per_row[:, None] - 1)
-    delta_turn = torch.where(t < turns_per_row[:, None],
-                             rewards[:, None] * is_final_turn + next_first - first, 0.0)
+    first = v.gather(1, after - counts)
+    next_first = torch.where(t + 1 < T, _shift_left(first), 0.0)
+    delta_turn = torch.where(t < T, rewards[:, None].to(dtype) * (t == T - 1) + next_first - first,
+                             0.0)
     turn_adv = _discounted_suffix_sum(delta_turn, lam)
 
-    # centre the intra trace within each turn (least-squares projection keeps the turn mean)
-    slot = torch.where(packed.valid, turn, dump)
-    pv = packed.valid.to(v.dtype)
-    sums = v.new_zeros(B, n_turns + 1).scatter_add_(1, slot, intra)
-    counts = v.new_zeros(B, n_turns + 1).scatter_add_(1, slot, pv)
-    intra_mean = sums / counts.clamp(min=1)
-    turn_adv = torch.cat([turn_adv, turn_adv.new_zeros(B, 1)], dim=1)
-
-    adv = turn_adv.gather(1, slot) + beta * (intra - intra_mean.gather(1, slot))
-    return packed.unpack(adv * pv)
+    # centre the intra trace within each turn (least-squares projection keeps the turn mean):
+    # A = beta * intra + (turn_adv - beta * mean intra), one gather of the per-turn part
+    sums = v.new_zeros(B, n_turns + 1).scatter_add_(1, slot, intra)[:, :n_turns]
+    per_turn = turn_adv - beta * (sums / counts.clamp(min=1))
+    per_turn = torch.cat([per_turn, per_turn.new_zeros(B, 1)], dim=1).gather(1, slot)
+    return packed.unpack(intra.mul_(beta).add_(per_turn))
 
 
 # ----------------------------------------------------------------------------- TRACE
@@ -330,9 +376,12 @@ def trace_token_advantages(mean_logprobs: Tensor, num_turns: Tensor, outcome_adv
         * outcome_adv[:, None]
     r = torch.where(turn_valid, c + term * reaches_end, torch.zeros((), dtype=dtype, device=device))
 
-    valid = (response_mask > 0) & (turn_index >= 0)
-    width = max(M - 1, _max_turn(turn_index, valid) + 1)
-    per_turn = torch.cat([r, r.new_zeros(B, width - (M - 1))], dim=1)
-    turn_term = broadcast_turn_values(per_turn, turn_index, response_mask)
-    vm = valid.to(dtype)
-    return (alpha_out * outcome_adv[:, None] + alpha_turn * turn_term) * vm
+    # per-turn advantage, then one gather onto the tokens; turns without turn credit (the answer
+    # turn, turns past T_b) get the outcome term only, non-policy tokens the dump column's 0
+    top = int(turn_index.max()) if turn_index.numel() else -1
+    width = max(M - 1, top + 1)
+    outcome = alpha_out * outcome_adv[:, None].to(dtype)
+    per_turn = torch.cat([outcome + alpha_turn * r, outcome.expand(B, width - (M - 1)),
+                          r.new_zeros(B, 1)], dim=1)
+    idx = torch.where((response_mask > 0) & (turn_index >= 0), turn_index, width)
+    return per_turn.gather(1, idx)
