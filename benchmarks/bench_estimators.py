@@ -216,6 +216,18 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def interleaved_times(fns: list, repeats: int) -> list[tuple[float, object]]:
+    """Median time of each function over `repeats` rounds that call them in turn, so that all of
+    them see the same load on a busy machine; with the last result of each."""
+    times, results = [[] for _ in fns], [None] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0 = clock()
+            results[i] = fn()
+            times[i].append(clock() - t0)
+    return [(statistics.median(t), r) for t, r in zip(times, results)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subset", type=int, default=32, help="episodes timed in the loop references")
@@ -236,8 +248,8 @@ def main() -> None:
     fast, tl, pl = batched(d), torch_loops(d, n), python_loops(d, n)
     print(f"batch: {B} episodes x {TURNS} turns x {TOKENS} policy tokens "
           f"(L = {d['mask'].shape[1]} positions), float32, torch threads = {torch.get_num_threads()}")
-    print(f"loop references timed on {n} episodes and scaled x{scale:g} to {B}; median of {args.repeats}, "
-          f"{args.clock} time")
+    print(f"loop references timed on {n} episodes and scaled x{scale:g} to {B}; median of {args.repeats} "
+          f"({args.clock} time; batched and python loop interleaved)")
     header = f"{'estimator':<10}{'batched ms':>12}{'torch loop ms':>15}{'speed-up':>10}" \
              f"{'python loop ms':>16}{'speed-up':>10}{'max |diff|':>12}"
     print(header)
@@ -245,10 +257,9 @@ def main() -> None:
     for name in fast:
         fn = fast[name]
         fn()  # warm-up
-        t_fast, out = median_time(fn, args.repeats)
+        (t_fast, out), (t_py, ref_p) = interleaved_times([fn, pl[name]], args.repeats)
         out = out[0] if isinstance(out, tuple) else out
         t_torch, ref_t = median_time(tl[name], 1 if name in ("gae", "mpo") else args.repeats)
-        t_py, ref_p = median_time(pl[name], args.repeats)
         diff = max(float((out[:n] - ref_t).abs().max()), float((out[:n] - ref_p).abs().max()))
         t_torch, t_py = t_torch * scale, t_py * scale
         print(f"{name:<10}{t_fast * 1e3:>12.2f}{t_torch * 1e3:>15.1f}{t_torch / t_fast:>9.0f}x"

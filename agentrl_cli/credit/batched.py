@@ -92,12 +92,18 @@ class _Packed:
     than the arithmetic. Slot numbers are exact while L < 2^24 (float64 beyond).
     """
 
-    def __init__(self, valid: Tensor):
-        B, L = valid.shape
+    def __init__(self, response_mask: Tensor, turn_index: Tensor | None = None):
+        """Packs the positions where `response_mask > 0` (and `turn_index >= 0` if given)."""
+        B, L = response_mask.shape
         self.L = L
-        device = valid.device
+        device = response_mask.device
         ftype = torch.float32 if L < 2 ** 24 else torch.float64
-        seen = torch.cumsum(valid, 1, dtype=ftype)          # rank among the row's policy tokens
+        # 0/1 in float: comparisons written straight into float buffers and float products are
+        # about twice as fast on a CPU as bool tensors and bool -> float conversions
+        keep = torch.gt(response_mask, 0, out=torch.empty(B, L, dtype=ftype, device=device))
+        if turn_index is not None:
+            keep.mul_(torch.ge(turn_index, 0, out=torch.empty_like(keep)))
+        seen = keep.cumsum(1)                               # rank among the row's policy tokens
         self.count = seen[:, -1].to(torch.long) if L else torch.zeros(B, dtype=torch.long,
                                                                         device=device)
         self.max_count = int(self.count.max()) if B else 0
@@ -106,7 +112,7 @@ class _Packed:
         self.valid = (j <= self.count[:, None]) & (j > 0)
         self._empty = ~self.valid
         self.last = self.count
-        self._slot = seen.mul_(valid).to(torch.long)        # rank, or 0 (the dump) if not packed
+        self._slot = seen.mul_(keep).to(torch.long)         # rank, or 0 (the dump) if not packed
         self.order = torch.zeros(B, W, dtype=torch.long, device=device).scatter_(
             1, self._slot, torch.arange(L, device=device).expand(B, L))
 
@@ -263,7 +269,7 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
     Equals `credit.gae` on each row's policy-token subsequence.
     Returns (advantages [B, L], returns [B, L] = advantages + values), 0 outside the mask.
     """
-    packed = _Packed(response_mask > 0)
+    packed = _Packed(response_mask)
     v = packed.pack(values)
     delta = packed.add_at_last(_shift_left(v).mul_(gamma).sub_(v), rewards)  # empty slots: 0
     adv = _discounted_suffix_sum(delta, gamma * lam)
@@ -283,7 +289,7 @@ def mpo_token_advantages(values: Tensor, rewards: Tensor, turn_index: Tensor,
     `beta` x (the centred intra-turn trace with `lam_intra`, which restarts at every turn).
     Follow with `masked_whiten(adv, response_mask)` to normalise over the batch's valid tokens.
     """
-    packed = _Packed((response_mask > 0) & (turn_index >= 0))
+    packed = _Packed(response_mask, turn_index)
     if packed.max_count == 0:
         return torch.zeros_like(values)
     B, W = values.shape[0], packed.width
