@@ -42,7 +42,7 @@ def linear_case(micro_policy):
     model, tok, fmt, spec = micro_policy
     head = random_value_head(model)
     tasks = spec.tasks("train", 3)
-    algo = _algo(focus_roots=2, focus_lam=0)   # the TD(0) case of the issue
+    algo = _algo(focus_roots=2, focus_lam=0, focus_norm="none")   # the paper's TD(0), raw residuals
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
     base = focus_mod.seed_base(torch.Generator().manual_seed(0))
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(2)]
