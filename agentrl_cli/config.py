@@ -38,6 +38,8 @@ class ModelConfig:
     """Tiny model: maximum supervised warm-up steps on imperfect expert demonstrations."""
     tiny_target_success: float = 0.5
     """Tiny model: stop the warm-up early if a held-out check (steps 1100, 1200) reaches this (RL needs room above)."""
+    tiny_error_rate: float = 0.15
+    """Tiny model: how often the warm-up's demonstrator opens a wrong search result and follows it (per hop, so imitation succeeds about (1 - rate)^hops of the time)."""
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,8 @@ _CAPS = {
 }
 # episodes x tokens of one step's batch tensors ([episodes, max_tokens] per field)
 BATCH_CELLS_CAP = 2**31
-_UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td"}
+_UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td",
+         "model.tiny_error_rate"}
 _CHOICES = {
     "context.style": ("free", "structured"),
     "algo.agg": ("token-mean", "seq-mean", "token-sum-norm"),

@@ -24,6 +24,7 @@ def test_selector_resolves_to_the_long_config():
     long_recipe = tiny_recipe(load_config(None, None, benchmark="search-long"))
     assert (long_recipe.min_hops, long_recipe.max_hops, long_recipe.max_turns) == (4, 5, 16)
     assert long_recipe.max_positions >= 1024
+    assert long_recipe.error_rate == 0.05 and TinyRecipe().error_rate == 0.15
     default = tiny_recipe(load_config(None, None, env="search"))
     assert default == TinyRecipe() and default.key() != long_recipe.key()
     # `--env search` keeps the default env, not the long variant's presets

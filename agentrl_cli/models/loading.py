@@ -27,7 +27,8 @@ def tiny_recipe(cfg: RunConfig) -> TinyRecipe:
                       n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval,
                       relations=cfg.env.relations, repos=cfg.env.repos,
                       max_steps=cfg.model.tiny_warmup_steps,
-                      target_success=cfg.model.tiny_target_success)
+                      target_success=cfg.model.tiny_target_success,
+                      error_rate=cfg.model.tiny_error_rate)
 
 
 def model_path(cfg: RunConfig, log: Callable[[str], None] = print) -> str:
