@@ -14,6 +14,11 @@ to its first `prefix_len` real tokens (the K/V are copied, not recomputed), so a
 from a segment-boundary state costs one token of prefill. `keep(rows)` drops rows (and the
 cache columns no remaining row attends to). With `keep_hidden = True` each row's last hidden
 state (after the final norm, the input of the LM head and of a value head) is kept as well.
+
+The cache is preallocated: each layer's keys and values are views of buffers with spare
+columns (grown by half, at least 64 columns, when full), and a forward writes its new columns
+in place instead of concatenating the whole cache every token. `fork`, `keep` and `pack` may
+replace a layer's tensors; the next forward adopts them into a fresh buffer.
 """
 from __future__ import annotations
 
@@ -117,17 +122,75 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams,
     return torch.cat(toks), torch.cat(lps)
 
 
+def _reserve(layer, rows: int, width: int, like_k: torch.Tensor, like_v: torch.Tensor):
+    """Make room for `width` more columns in a cache layer's keys/values [rows, H, S, D], in
+    place when its buffers have room. Afterwards `layer.keys` / `layer.values` are views of the
+    first S + width columns of the buffers; the new columns hold zeros (fresh buffer) or
+    whatever was last written there. Returns (key buffer, value buffer, S).
+
+    A layer whose tensors were replaced (rows appended, kept or packed) is adopted: copied
+    into new buffers with spare columns (`like_k` / `like_v` give head count, head dim, dtype
+    and device when the layer is still empty)."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    S = keys.shape[2] if keys is not None and keys.dim() == 4 else 0
+    kb, vb = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
+    in_place = (kb is not None and S > 0 and kb.shape[0] == rows and kb.shape[2] >= S + width
+                and keys.data_ptr() == kb.data_ptr() and keys.stride() == kb.stride()
+                and values.data_ptr() == vb.data_ptr() and values.stride() == vb.stride())
+    if not in_place:
+        cap = S + width + max(64, (S + width) // 2)
+        kb = like_k.new_zeros((rows, like_k.shape[1], cap, like_k.shape[3]))
+        vb = like_v.new_zeros((rows, like_v.shape[1], cap, like_v.shape[3]))
+        if S:
+            kb[:, :, :S] = keys
+            vb[:, :, :S] = values
+        layer._kbuf, layer._vbuf = kb, vb
+    layer.keys, layer.values = kb[:, :, :S + width], vb[:, :, :S + width]
+    return kb, vb, S
+
+
+@functools.lru_cache(maxsize=None)
+def _growing_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """transformers' `DynamicLayer` with its keys/values kept in preallocated buffers
+        (`_reserve`): appending writes in place instead of `torch.cat` of the whole cache."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            kb, vb, S = _reserve(self, key_states.shape[0], key_states.shape[2], key_states,
+                                 value_states)
+            kb[:, :, S:S + key_states.shape[2]] = key_states
+            vb[:, :, S:S + value_states.shape[2]] = value_states
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+def _growing_cache(config):
+    """A `DynamicCache` whose plain (full-attention) layers grow in place; other layer kinds
+    (sliding windows) keep transformers' own update."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    for layer in cache.layers:
+        if type(layer) is DynamicLayer:
+            layer.__class__ = _growing_layer_class()
+    return cache
+
+
 class KVBatch:
     """`n_rows` growing token sequences sharing one KV cache; a row may sit idle."""
 
     def __init__(self, model, n_rows: int, pad_id: int, device: torch.device | str = "cpu"):
-        from transformers import DynamicCache
-
         self.model = model
         self.n = n_rows
         self.pad_id = pad_id
         self.device = torch.device(device)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = _growing_cache(model.config)
         self.mask = torch.zeros(n_rows, 0, dtype=torch.long, device=self.device)
         self.lengths = torch.zeros(n_rows, dtype=torch.long, device=self.device)  # real tokens fed
         self.pending: list[list[int]] = [[] for _ in range(n_rows)]  # sampled, not yet fed
@@ -136,7 +199,6 @@ class KVBatch:
         self.tokens: list[list[int]] = [[] for _ in range(n_rows)]  # real tokens fed, per row
         self.keep_hidden = False  # also keep each row's last hidden state (value heads)
         self.last_hidden: torch.Tensor | None = None  # [n_rows, H] when keep_hidden
-        self._buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # layer -> K/V buffers
 
     @torch.no_grad()
     def _forward(self, chunks: list[list[int]]) -> None:
@@ -144,12 +206,10 @@ class KVBatch:
         width = max(len(c) for c in chunks)
         if width == 0:
             return
-        ids = torch.full((self.n, width), self.pad_id, dtype=torch.long)
-        new_mask = torch.zeros(self.n, width, dtype=torch.long)
-        for r, c in enumerate(chunks):
-            if c:
-                ids[r, width - len(c):] = torch.tensor(c, dtype=torch.long)
-                new_mask[r, width - len(c):] = 1
+        # one host tensor per forward (not one per row): decoding is many small forwards
+        ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in chunks], dtype=torch.long)
+        new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks],
+                                dtype=torch.long)
         ids, new_mask = ids.to(self.device), new_mask.to(self.device)
         pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         self.mask = torch.cat([self.mask, new_mask], dim=1)
@@ -160,7 +220,10 @@ class KVBatch:
         has = new_mask[:, -1].bool()
         if self.last_logits is None:
             self.last_logits = torch.zeros_like(logits)
-        self.last_logits[has] = logits[has].to(self.last_logits.dtype)
+        if bool(has.all()):
+            self.last_logits.copy_(logits)
+        else:
+            self.last_logits[has] = logits[has].to(self.last_logits.dtype)
         if self.keep_hidden:
             h = out.hidden_states[-1][:, -1, :]
             if self.last_hidden is None or self.last_hidden.shape[0] != self.n:
@@ -199,29 +262,19 @@ class KVBatch:
                          logits_to_keep=1, output_hidden_states=self.keep_hidden)
         while len(self.cache.layers) < len(sub.layers):  # a cache that never saw a forward
             self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
-        for li, (layer, sl) in enumerate(zip(self.cache.layers, sub.layers)):
+        for layer, sl in zip(self.cache.layers, sub.layers):
             nk, nv = sl.keys[:, :, S:], sl.values[:, :, S:]
             if getattr(layer, "keys", None) is None or layer.keys.dim() != 4:
                 layer.lazy_initialization(nk, nv)
                 layer.keys = nk.new_zeros((self.n, nk.shape[1], 0, nk.shape[3]))
                 layer.values = nv.new_zeros((self.n, nv.shape[1], 0, nv.shape[3]))
-            # the full cache lives in buffers with spare columns (grown by doubling), so adding
-            # columns does not copy the whole cache every forward
-            kb, vb = self._buffers.get(li, (None, None))
-            if (kb is None or kb.shape[0] != self.n or kb.shape[2] < S + width
-                    or layer.keys.data_ptr() != kb.data_ptr() or layer.keys.shape[2] != S):
-                cap = max(2 * (S + width), 64)
-                kb = layer.keys.new_zeros((self.n, nk.shape[1], cap, nk.shape[3]))
-                vb = layer.values.new_zeros((self.n, nv.shape[1], cap, nv.shape[3]))
-                kb[:, :, :S] = layer.keys
-                vb[:, :, :S] = layer.values
-                self._buffers[li] = (kb, vb)
-            else:
-                kb[:, :, S:S + width] = 0
-                vb[:, :, S:S + width] = 0
+            # the full cache lives in buffers with spare columns, so adding columns does not
+            # copy the whole cache every forward; the other rows' new columns are holes
+            kb, vb, _ = _reserve(layer, self.n, width, nk, nv)
+            kb[:, :, S:S + width] = 0
+            vb[:, :, S:S + width] = 0
             kb[idx, :, S:S + width] = nk
             vb[idx, :, S:S + width] = nv
-            layer.keys, layer.values = kb[:, :, :S + width], vb[:, :, :S + width]
         mask = torch.cat([self.mask, self.mask.new_zeros((self.n, width))], dim=1)
         mask[idx, S:] = new_mask
         self.mask = mask
@@ -402,21 +455,21 @@ class KVBatch:
         out_ids: dict[int, list[int]] = {r: [] for r in rows}
         out_lp: dict[int, list[float]] = {r: [] for r in rows}
         active = list(rows)
-        stop = torch.tensor(stop_ids, dtype=torch.long)
+        stop = set(stop_ids)
         while active:
             idx = torch.tensor(active, dtype=torch.long, device=self.device)
             if isinstance(generator, (list, tuple)):
                 tok, lp = sample_rows(self.last_logits[idx], params, [generator[r] for r in active])
             else:
                 tok, lp = sample(self.last_logits[idx], params, generator)
-            tok, lp = tok.cpu(), lp.cpu()
+            tok, lp = tok.tolist(), lp.tolist()
             feed: list[list[int] | None] = [None] * self.n
             still = []
             for j, r in enumerate(active):
-                t = int(tok[j])
+                t = tok[j]
                 out_ids[r].append(t)
-                out_lp[r].append(float(lp[j]))
-                if bool((stop == t).any()) or len(out_ids[r]) >= params.max_new_tokens:
+                out_lp[r].append(lp[j])
+                if t in stop or len(out_ids[r]) >= params.max_new_tokens:
                     self.pending[r] = [t]
                 else:
                     feed[r] = [t]
