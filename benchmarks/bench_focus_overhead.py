@@ -6,10 +6,13 @@ Runs the "focus" controller for a few steps on the tiny model with a random valu
 critic disagrees with the outcomes and the allocator branches. The untrained model
 (`--warmup-steps 0`, the fast default) made no continuations when rechecked on the v8 build
 (the bookkeeping share is then of root paths only); `--warmup-steps 1200` uses the default build,
-whose trees branch.
+whose trees branch. The model is always loaded with the default env settings (the tiny
+recipe's key, so the cached default build is reused); `--max-turns` (default 6) caps episodes
+only in the rollouts measured here.
 
     python benchmarks/bench_focus_overhead.py [--tasks 4] [--group-size 8] [--steps 2]
                                               [--warmup-steps 0] [--allocator focus] [--threads 1]
+                                              [--max-turns 6]
                                               [--critic head|separate|both]
 
 `--critic both` also runs every step with a separate critic model that copies the policy and
@@ -40,6 +43,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup-steps", type=int, default=0, help="tiny model warm-up (0: untrained)")
     ap.add_argument("--allocator", default="focus")
+    ap.add_argument("--max-turns", type=int, default=6,
+                    help="episode turn cap in the measured rollouts (not in the model's recipe)")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--same-tasks", action="store_true", help="the same tasks every step")
     ap.add_argument("--critic", default="head", choices=("head", "separate", "both"))
@@ -48,10 +53,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    sets = [f"model.tiny_warmup_steps={args.warmup_steps}", "env.max_turns=6",
+    sets = [f"model.tiny_warmup_steps={args.warmup_steps}",
             f"algo.focus_roots={args.roots}", f"algo.focus_allocator={args.allocator}"]
-    cfg = config.load(sets=sets, method="focus")
-    model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
+    # env settings are part of the tiny recipe's key: the model comes from a config without the
+    # turn cap, so `--warmup-steps 1200` loads the cached default build instead of training another
+    model, _, fmt, _ = load_policy(config.load(sets=sets, method="focus"), log=print)
+    cfg = config.load(sets=sets + [f"env.max_turns={args.max_turns}"], method="focus")
     spec = make_spec(cfg)
     torch.manual_seed(0)
     head = ValueHead(model.config.hidden_size)
