@@ -51,7 +51,7 @@ class EnvConfig:
     min_hops: int = 2
     """Fewest hops in a task (search: relations; locate: functions on the call chain; rules: rules needed; math: operations)."""
     max_hops: int = 3
-    """Most hops in a task (search and rules up to 4, locate and math up to 5)."""
+    """Most hops in a task (rules up to 4; search, locate and math up to 5)."""
     max_turns: int = 12
     """Assistant turns before an episode is truncated."""
     n_entities: int = 100
