@@ -46,7 +46,7 @@ from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .planner import (ALLOCATORS, FocusPlanner, Node, PlanPath, compact_rows, env_snapshot, gain,
                       path_generator, pick_continuation, seed_base)
-from .runner import _Live, advance, append_turn, new_episode, start_context
+from .runner import _Live, advance, append_turn
 
 __all__ = ["ALLOCATORS", "FocusRunner", "gain", "path_generator", "pick_continuation", "seed_base"]
 
@@ -99,19 +99,13 @@ class FocusRunner:
     # -- launching (the engine side of the planner's decisions) ------------------------------
 
     def _launch_root(self, g: int) -> None:
-        ctx, task = self.ctx, self.tasks[g]
-        env = ctx.spec.make()
-        user = env.reset(task)
-        prompt = ctx.fmt.prompt_ids(env.system_prompt, user)
-        ep = new_episode(task, g, prompt)
-        start_context(ep, env)
-        first = not self.plan.trees[g].nodes
-        plan = self.plan.open_root(g, ep, env)
-        p = self._track(plan, _Live(ep, env))
+        plan, env = self.plan.open_root(g)
+        p = self._track(plan, _Live(plan.ep, env))
         p.row = self.kv.add_row()
-        p.feed = list(prompt)
-        if first:
-            self.value_wait.append((p, plan.tree.nodes[0]))
+        p.feed = list(plan.ep.token_ids)
+        root = plan.tree.nodes[0]
+        if root.path == plan.pid:            # this root made the node: its value comes next
+            self.value_wait.append((p, root))
 
     def _launch_from(self, plan: PlanPath, node: Node) -> None:
         tree, ep = plan.tree, plan.ep
@@ -145,9 +139,6 @@ class FocusRunner:
         """Launch roots, then continuations, while slots and budget remain (the planner decides)."""
         self.plan.fill(lambda: self.capacity - len(self.plan.active), self._launch_root,
                        self._launch_from)
-
-    def committed(self) -> float:
-        return self.plan.committed()
 
     # -- absorbing ---------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ inherits, how a path's outcome counts as evidence, what the step reports) is wri
 so both drivers build the same trees from the same seeds (tested).
 
 A driver calls:
-- `fill(free, start_root, start_branch)` whenever slots may have freed: the planner opens roots,
-  then continuations while the budget lasts, and hands each new path to the driver's callback;
+- `fill(free, start_root, start_branch)` whenever slots may have freed: the planner opens roots
+  (`open_root` builds the root's env and episode), then continuations while the budget lasts,
+  and hands each new path to the driver's callback;
 - `grow(path, depth, position, snapshot, tool_calls)` when a running path reaches a new
   segment-boundary state (after an observation), and `finish(path, episode)` when it ends;
 - `result()` after the last path finished.
@@ -52,6 +53,7 @@ from ..config import ConfigError
 from ..registry import Registry
 from ..types import Episode
 from .controllers import RolloutContext, RolloutResult, shape_rewards
+from .runner import new_episode, start_context
 from .tree import Node, Tree
 
 # ----------------------------------------------------------------------------- RNG
@@ -201,11 +203,9 @@ class FocusPlanner:
         self.trees = [Tree(t.task_id, g) for g, t in enumerate(tasks)]
         self.paths: list[PlanPath] = []
         self.active: list[PlanPath] = []
-        roots = max(1, algo.focus_roots)
-        if ctx.budget_tokens <= 0 or not branching:
+        roots = max(1, algo.focus_roots) if branching else ctx.group_size
+        if ctx.budget_tokens <= 0:
             roots = min(roots, ctx.group_size)
-        if not branching:
-            roots = ctx.group_size
         self.root_queue = [g for g in range(len(tasks)) for _ in range(roots)]
         self.target_paths = len(tasks) * ctx.group_size
         self.generated = generated or (lambda p: p.ep.generated_tokens)
@@ -224,17 +224,23 @@ class FocusPlanner:
         self._regain(tree, nodes)
         return p
 
-    def open_root(self, g: int, ep: Episode, env) -> PlanPath:
-        """A root episode of task `g` (its prompt in `ep`, `env` just reset): the tree's root
-        node is made by its first root (with the env's snapshot)."""
+    def open_root(self, g: int) -> tuple[PlanPath, Any]:
+        """A root episode of task `g`: a fresh env reset to the task, the episode holding its
+        prompt (under the env's context operator, if any), booked in flight. The tree's root
+        node is made by the task's first root (with the env's snapshot); that root path is the
+        node's `path`. Returns the path and its env."""
         t0 = time.perf_counter()
-        tree = self.trees[g]
+        task, tree = self.tasks[g], self.trees[g]
+        env = self.ctx.spec.make()
+        user = env.reset(task)
+        ep = new_episode(task, g, self.ctx.fmt.prompt_ids(env.system_prompt, user))
+        start_context(ep, env)
         if not tree.nodes:
             root = tree.add(-1, 0, len(ep.token_ids), len(self.paths))
             self._state(root, env_snapshot(env), ep.num_tool_calls)
         p = self._register(tree, ep, 0, continuation=False)
         self.t_book += time.perf_counter() - t0
-        return p
+        return p, env
 
     def branch(self, tree: Tree, node: Node) -> PlanPath:
         """A continuation from `node`: its episode (`branch_episode` of the path that created

@@ -62,7 +62,6 @@ from ..registry import Registry
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .planner import FocusPlanner, PlanPath, seed_base
-from .runner import new_episode, start_context
 from .tree import Node
 from .executors import INF, HFPathExecutor, PathEvent, PathExecutor, PathJob, Report  # noqa: F401
 
@@ -319,13 +318,8 @@ class PathScheduler:
         self.jobs.append(job)
 
     def _launch_root(self, g: int) -> None:
-        task = self.tasks[g]
-        env = self.ctx.spec.make()
-        user = env.reset(task)
-        ep = new_episode(task, g, self.ctx.fmt.prompt_ids(env.system_prompt, user))
-        start_context(ep, env)
-        p = self.plan.open_root(g, ep, env)
-        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(ep), task=task,
+        p, _ = self.plan.open_root(g)        # the executor resets its own env to the task
+        self._queue(p, PathJob(p.pid, self.now + 1, copy.deepcopy(p.ep), task=self.tasks[g],
                                seed=(self.plan.base, self.seed_offset + p.pid)))
 
     def _launch_from(self, p: PlanPath, node: Node) -> None:
