@@ -54,12 +54,18 @@ def check_output_dir(path: Path, what: str = "--out") -> None:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{what} {path} is a file; give a folder")
+    _writable_folder(path, f"{what} {path}", "the folder")
+
+
+def _writable_folder(folder: Path, label: str, name: str) -> None:
+    """Create `folder` if needed and check this process can write in it; else one line that
+    starts with `label` (`name`: how the message calls the folder)."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot create the folder ({e.strerror or e})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} {path} is not writable")
+        raise ConfigError(f"{label}: cannot create {name} ({e.strerror or e})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{label} is not writable")
 
 
 def check_output_file(path: Path, what: str = "--out") -> None:
@@ -71,11 +77,8 @@ def check_output_file(path: Path, what: str = "--out") -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
         raise ConfigError(f"{what} {path}: {parent} is a file, not a folder")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot create {parent} ({e.strerror or e})") from None
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    _writable_folder(parent, f"{what} {path}", str(parent))
+    if path.exists() and not os.access(path, os.W_OK):
         raise ConfigError(f"{what} {path} is not writable")
 
 
