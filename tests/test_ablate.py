@@ -310,3 +310,24 @@ def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "skipping 1 finished" in r.output and calls == [("mpo_beta=1", 0)]
+
+
+def test_benchmark_option_gives_every_run_its_settings(tmp_path, monkeypatch):
+    seen = []
+
+    def fake(sweep, cell, seed, log=lambda s: None):
+        seen.append(sweep.cell_config(cell, seed))
+        return _fake_run()(sweep, cell, seed, log)
+
+    monkeypatch.setattr(AB, "_train_here", fake)
+    r = runner.invoke(app, ["ablate", "--benchmark", "search-long", "--method", "grpo,focus",
+                            "--out", str(tmp_path / "sw"), "--budget", "10",
+                            *_sets(["env.max_turns=20"])])
+    assert r.exit_code == 0, r.output
+    assert len(seen) == 2
+    for cfg in seen:
+        # the benchmark's presets, with the user's --set winning where both set a key
+        assert (cfg.env.name, cfg.env.min_hops, cfg.env.max_hops) == ("search", 4, 5)
+        assert cfg.rollout.max_tokens == 1024 and cfg.env.max_turns == 20
+    r = runner.invoke(app, ["ablate", "--benchmark", "nope", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "nope" in r.output

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .options import ConfigOpt, SeedOpt, SetOpt, load_config, user_errors
+from .options import BenchmarkOpt, ConfigOpt, SeedOpt, SetOpt, load_config, user_errors
 
 
 def _values(text: str, what: str) -> list[str]:
@@ -20,6 +20,18 @@ def _values(text: str, what: str) -> list[str]:
     if not vals:
         raise ConfigError(f"{what} needs comma-separated values, got '{text}'")
     return vals
+
+
+def _benchmark_sets(name: str | None) -> list[str]:
+    """`--benchmark NAME` as the `--set`s every run of the sweep gets (its env and presets), ahead
+    of the user's own `--set`s so that those still override them."""
+    if name is None:
+        return []
+    from ..envs.benchmarks import get_benchmark
+
+    b = get_benchmark(name)
+    b.check()
+    return [f"{k}={v}" for k, v in b.presets().items()]
 
 
 def _resume_command(methods, axes, preset, seeds, budget, out, config, sets, seed, jobs) -> str:
@@ -56,6 +68,7 @@ def ablate_cmd(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Runs in parallel (subprocesses); 1 runs them here, one by one.", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default runs/ablate-<time>); rerun with the same folder to resume.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
+    benchmark: BenchmarkOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     seed: SeedOpt = None,
@@ -68,7 +81,8 @@ def ablate_cmd(
 
     console = Console()
     log = lambda s: console.print(s, highlight=False)  # noqa: E731
-    base_sets = list(set_ or []) + ([f"train.steps={steps}"] if steps is not None else [])
+    base_sets = (_benchmark_sets(benchmark) + list(set_ or [])
+                 + ([f"train.steps={steps}"] if steps is not None else []))
     fixed = {**(read_yaml(config) if config else {}), **parse_sets(base_sets)}
     # 1. what is swept (cheap checks first: nothing heavy is imported before they pass)
     axes: list[AB.Axis] = []
