@@ -176,6 +176,8 @@ class AlgoConfig:
     """FOCUS: most continuations launched from one node running at once."""
     focus_lam: float = 0.0
     """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
+    focus_critic_targets: str = "nodes"
+    """FOCUS: where the critic is regressed: nodes (G_bar at each tree node's boundary, as in the paper) | tokens (also every policy token of a segment, on the refined value the segment leads to: V~(s_{k+1}), or R for the last one; PPO's per-token targets on the tree's evidence)."""
 
 
 @dataclass(frozen=True)
@@ -298,6 +300,7 @@ _CHOICES = {
     "algo.focus_baseline": ("refined", "loo"),
     "algo.focus_evidence": ("own", "subtree"),
     "algo.focus_norm": ("tree", "none"),
+    "algo.focus_critic_targets": ("nodes", "tokens"),
 }
 
 

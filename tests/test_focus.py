@@ -305,7 +305,7 @@ def test_rollout_cli_trees_use_the_warm_critic_and_own_sample_counts(tmp_path, m
     from agentrl_cli.models.tiny import VALUE_HEAD
 
     folder = tmp_path / "model"
-    shutil.copytree(model_path(config.load(sets=MICRO), log=lambda s: None), folder)
+    shutil.copytree(model_path(config.load(sets=MICRO)), folder)
     hidden = micro_policy[0].config.hidden_size
     save_file({"weight": torch.zeros(1, hidden), "bias": torch.tensor([0.3])}, str(folder / VALUE_HEAD))
     out = tmp_path / "trees.jsonl"
@@ -469,3 +469,21 @@ def test_tree_normalisation_centres_and_scales_per_tree():
     torch.testing.assert_close(out[:3], torch.tensor(want0), rtol=1e-5, atol=1e-5)
     assert float(out[:3].sum()) == pytest.approx(0.0, abs=1e-5)   # centred on its policy tokens
     assert float(out[3:].abs().sum()) == 0.0                      # no outcome contrast: no signal
+
+
+def test_token_critic_targets_put_each_segments_next_refined_value_on_its_tokens():
+    from agentrl_cli.credit.focus_estimator import with_token_targets
+
+    # one path, 3 segments: V~ = [0.4, 0.6, 0.9], R = 1; tokens 0-1 prompt, then segments 0,1,2
+    # (segment 1 inherited: no policy tokens), a node boundary target at position 2 (G_bar 0.7)
+    seg = torch.tensor([[-1, -1, 0, 0, 1, 1, 2, 2]])
+    resp = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1]], dtype=torch.float32)
+    returns = torch.zeros(1, 8)
+    mask = torch.zeros(1, 8)
+    returns[0, 2], mask[0, 2] = 0.7, 1.0
+    r, m = with_token_targets(returns, mask, [[0.4, 0.6, 0.9]], [1.0], 1.0, seg, resp)
+    torch.testing.assert_close(r, torch.tensor([[0, 0, 0.7, 0.6, 0, 0, 1.0, 1.0]]))
+    torch.testing.assert_close(m, torch.tensor([[0, 0, 1.0, 1.0, 0, 0, 1.0, 1.0]]))
+    # gamma discounts the next node's value, not the reward
+    r, _ = with_token_targets(torch.zeros(1, 8), torch.zeros(1, 8), [[0.4, 0.6, 0.9]], [1.0], 0.5, seg, resp)
+    torch.testing.assert_close(r[0, 2:4], torch.tensor([0.3, 0.3]))

@@ -46,6 +46,30 @@ def focus_critic_targets(targets: list[list[tuple[int, float]]], shape: tuple[in
     return returns, mask
 
 
+def segment_targets(values: list[list[float]], rewards: list[float], gamma: float) -> torch.Tensor:
+    """[B, max K] per-segment critic targets: segment k of a path leads to `gamma V~(s_{k+1})`,
+    the last one to the path's reward R (0-padded)."""
+    width = max((len(v) for v in values), default=0)
+    out = torch.zeros(len(values), width)
+    for b, (v, r) in enumerate(zip(values, rewards)):
+        for k in range(len(v)):
+            out[b, k] = r if k == len(v) - 1 else gamma * v[k + 1]
+    return out
+
+
+def with_token_targets(returns: torch.Tensor, value_mask: torch.Tensor, values: list[list[float]],
+                       rewards: list[float], gamma: float, segment_index: torch.Tensor,
+                       response_mask: torch.Tensor):
+    """`algo.focus_critic_targets=tokens`: besides `G_bar` at the tree nodes' boundaries, every
+    policy token of segment k is regressed on the refined value the segment leads to
+    (`segment_targets`), as PPO regresses every token on its return. The nodes keep theirs."""
+    seg = segment_targets(values, rewards, gamma)
+    tok = batched.broadcast_turn_values(seg, segment_index, response_mask)
+    on_tok = ((segment_index >= 0) & (response_mask > 0)).to(returns.dtype)
+    node = value_mask > 0
+    return torch.where(node, returns, tok), torch.where(node, value_mask, on_tok)
+
+
 def tree_scale(rewards: torch.Tensor, group_index: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """[B] per-path factor of `algo.focus_norm=tree`: `1 / (std + eps)` of the rewards of the
     path's task tree (all its paths: roots and continuations; sample std, as GRPO's group), and
@@ -87,4 +111,8 @@ def focus_credit(batch, algo) -> Credit:
         adv = batched.masked_whiten(adv, batch.response_mask)
     returns, value_mask = focus_critic_targets(batch.extras["focus_value_targets"],
                                                tuple(batch.input_ids.shape))
+    if algo.focus_critic_targets == "tokens":
+        returns, value_mask = with_token_targets(returns, value_mask, batch.extras["focus_values"],
+                                                 batch.rewards.tolist(), algo.gamma,
+                                                 batch.segment_index, batch.response_mask)
     return Credit(adv, returns, value_mask)
