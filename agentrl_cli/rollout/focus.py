@@ -46,7 +46,7 @@ from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .planner import (ALLOCATORS, FocusPlanner, Node, PlanPath, compact_rows, env_snapshot, gain,
                       path_generator, pick_continuation, seed_base)
-from .runner import _Live, advance, append_turn
+from .runner import LiveEpisode, advance, append_turn
 
 __all__ = ["ALLOCATORS", "FocusRunner", "gain", "path_generator", "pick_continuation", "seed_base"]
 
@@ -56,7 +56,7 @@ class _Path:
     """A path's engine state in the in-process runner (its tree state is `plan`'s)."""
 
     plan: PlanPath
-    live: _Live
+    live: LiveEpisode
     gen: torch.Generator
     row: int | None = None        # KVBatch row (None: not in the batch)
     feed: list[int] | None = None  # input of the next tick
@@ -100,7 +100,7 @@ class FocusRunner:
 
     def _launch_root(self, g: int) -> None:
         plan, env = self.plan.open_root(g)
-        p = self._track(plan, _Live(plan.ep, env))
+        p = self._track(plan, LiveEpisode(plan.ep, env))
         p.row = self.kv.add_row()
         p.feed = list(plan.ep.token_ids)
         root = plan.tree.nodes[0]
@@ -111,7 +111,7 @@ class FocusRunner:
         tree, ep = plan.tree, plan.ep
         env = self.ctx.spec.make()
         env.restore(node.snapshot)
-        p = self._track(plan, _Live(ep, env))
+        p = self._track(plan, LiveEpisode(ep, env))
         src_row = next((self.runs[q].row for q in tree.through[node.id]
                         if q != p.pid and self.runs[q].row is not None
                         and self._holds(self.runs[q].live.ep, ep)
@@ -123,7 +123,7 @@ class FocusRunner:
             p.row = self.kv.add_row()
             p.feed = visible_ids(ep)
 
-    def _track(self, plan: PlanPath, live: _Live) -> _Path:
+    def _track(self, plan: PlanPath, live: LiveEpisode) -> _Path:
         p = _Path(plan, live, path_generator(self.plan.base, plan.pid))
         self.runs[plan.pid] = p
         return p
