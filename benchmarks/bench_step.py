@@ -1,0 +1,289 @@
+"""Training-step cost: wall and CPU time, throughput and peak memory of each phase of a few
+`agentrl train` steps, optionally side by side with an older commit.
+
+Runs `train()` for `--steps` steps (defaults of `--method`, seed 0, the default tiny build) in
+a child process and times every phase by wrapping the trainer loop's own functions, so any
+commit with the same loop structure can be measured by the same script:
+
+- rollout: `rollouts.run` (generation + env), generated tokens per CPU-second;
+- scoring: from `collate` to the start of `update` (batch, scoring pass, preparer, estimator);
+- update: `update` (forward + backward + optimiser step);
+- eval: `evaluate` (the base check at step 0 and the final one);
+- learn = scoring + update: processed tokens (prompt, completions and observations of the
+  batch's episodes: every real token the update reads) per CPU-second of these two phases.
+
+Peak RSS per phase: the kernel's high-water mark (`VmHWM`) is reset (`/proc/self/clear_refs`,
+5) when a phase starts and read when it ends; "load" is the peak before the first phase
+(imports, model, engine). The process peak is the largest of them.
+
+    python benchmarks/bench_step.py [--method grpo] [--steps 3] [--threads 1] [--rounds 1]
+                                    [--against REV] [--set key=value ...]
+
+`--against REV` checks REV out as a git worktree under /tmp, runs the same measurement there
+(a child process with `PYTHONPATH` at the worktree), alternating with the current tree
+`--rounds` times, and prints current / REV ratios and the largest difference between the two
+runs' metrics.jsonl (same seed: the same run up to float noise, unless a change is meant to
+alter it). CPU times are the process's (`time.process_time`, all threads); with `--threads 1`
+they do not depend on the machine's other load as much as wall times do.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("load", "rollout", "scoring", "update", "eval", "other")
+SKIP_METRICS = ("time/", "tokens/s")          # wall clocks: never equal between two runs
+
+
+# ------------------------------------------------------------------------------ child
+def _hwm_kb() -> int:
+    m = re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text())
+    return int(m.group(1)) if m else 0
+
+
+def _reset_hwm() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:                           # not Linux, or not permitted: peaks are cumulative
+        return False
+
+
+class Phases:
+    """Wall, CPU and peak RSS of named phases (a phase may run many times)."""
+
+    def __init__(self):
+        self.stats = {p: {"wall": 0.0, "cpu": 0.0, "peak_mb": 0.0, "calls": 0} for p in PHASES}
+        self.resettable = True
+        self._open = None
+
+    def start(self, name: str) -> None:
+        """Close the gap since the last phase ("load" before the first one, else "other")."""
+        if self.stats["load"]["calls"] == 0:
+            self.stats["load"] = {"wall": time.perf_counter() - T0, "cpu": time.process_time(),
+                                  "peak_mb": _hwm_kb() / 1024, "calls": 1}
+        else:
+            self.between()
+        self.resettable = _reset_hwm() and self.resettable
+        self._open = (name, time.perf_counter(), time.process_time())
+
+    def stop(self) -> None:
+        name, w, c = self._open
+        s = self.stats[name]
+        s["wall"] += time.perf_counter() - w
+        s["cpu"] += time.process_time() - c
+        s["peak_mb"] = max(s["peak_mb"], _hwm_kb() / 1024)
+        s["calls"] += 1
+        self._open = None
+        _reset_hwm()
+
+    def between(self) -> None:
+        o = self.stats["other"]
+        o["peak_mb"] = max(o["peak_mb"], _hwm_kb() / 1024)
+
+    def finish(self, wall: float, cpu: float) -> None:
+        """The "other" phase: what no phase covers (engine sync, metrics, checkpoints, plots)."""
+        self.between()
+        o = self.stats["other"]
+        o["wall"] = wall - sum(s["wall"] for k, s in self.stats.items() if k != "other")
+        o["cpu"] = cpu - sum(s["cpu"] for k, s in self.stats.items() if k != "other")
+        o["calls"] = 1
+
+
+T0 = time.perf_counter()
+
+
+def child(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import agentrl_cli
+    from agentrl_cli import config
+    from agentrl_cli.train import loop
+
+    where = Path(agentrl_cli.__file__).resolve().parents[1]
+    if where != Path(args.tree).resolve():
+        raise SystemExit(f"imported agentrl_cli from {where}, expected {args.tree}")
+    ph = Phases()
+    count = {"generated": 0, "processed": 0, "steps": 0}
+
+    def timed(name, fn, after=None):
+        def run(*a, **kw):
+            ph.start(name)
+            try:
+                out = fn(*a, **kw)
+            finally:
+                ph.stop()
+            if after is not None:
+                after(out, *a)
+            return out
+        return run
+
+    def count_rollout(result, *a):
+        count["generated"] += int(result.tokens)
+
+    orig_open, orig_collate, orig_update = loop.open_rollouts, loop.collate, loop.update
+
+    def open_rollouts(*a, **kw):
+        r = orig_open(*a, **kw)
+        r.run = timed("rollout", r.run, count_rollout)
+        return r
+
+    def collate(*a, **kw):
+        ph.start("scoring")               # closed when the update starts
+        return orig_collate(*a, **kw)
+
+    def update(learner, batch, *a, **kw):
+        ph.stop()
+        count["processed"] += int(batch.attention_mask.sum())
+        count["steps"] += 1
+        return timed("update", orig_update)(learner, batch, *a, **kw)
+
+    loop.open_rollouts, loop.collate, loop.update = open_rollouts, collate, update
+    loop.evaluate = timed("eval", loop.evaluate)
+    cfg = config.load(method=args.method, sets=[f"train.steps={args.steps}"] + args.set)
+    out = Path(args.out)
+    loop.train(cfg, out, log=lambda s: None)
+    total_wall = time.perf_counter() - T0
+    ph.finish(total_wall, time.process_time())
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
+    result = {"phases": ph.stats, **count, "wall": total_wall, "cpu": time.process_time(),
+              "peak_reset": ph.resettable, "metrics": rows,
+              "rev": subprocess.run(["git", "-C", args.tree, "rev-parse", "--short", "HEAD"],
+                                    capture_output=True, text=True).stdout.strip()}
+    Path(args.child).write_text(json.dumps(result))
+
+
+# ------------------------------------------------------------------------------ parent
+def measure(tree: Path, args, tmp: Path, tag: str) -> dict:
+    dest = tmp / f"{tag}.json"
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads)}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(dest), "--tree", str(tree),
+           "--out", str(tmp / f"run-{tag}"), "--method", args.method, "--steps", str(args.steps),
+           "--threads", str(args.threads)] + [x for s in args.set for x in ("--set", s)]
+    subprocess.run(cmd, env=env, check=True, cwd=tmp)
+    return json.loads(dest.read_text())
+
+
+def derived(r: dict) -> dict:
+    p = r["phases"]
+    learn = p["scoring"]["cpu"] + p["update"]["cpu"]
+    return {
+        "generated tok / rollout CPU s": r["generated"] / max(p["rollout"]["cpu"], 1e-9),
+        "processed tok / learn CPU s": r["processed"] / max(learn, 1e-9),
+        "learn CPU s / step": learn / max(r["steps"], 1),
+        "peak RSS MB": max(s["peak_mb"] for s in p.values()),
+    }
+
+
+def report(name: str, runs: list[dict]) -> dict:
+    """Print one tree's medians over rounds; return them."""
+    med = lambda xs: statistics.median(xs)
+    r0 = runs[0]
+    print(f"\n{name} (build {r0['rev']}): {r0['steps']} steps, {r0['generated']} generated tokens, "
+          f"{r0['processed']} processed tokens, {len(runs)} run(s), medians")
+    print(f"  {'phase':<8} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12}")
+    out = {}
+    for ph in PHASES:
+        w = med([r["phases"][ph]["wall"] for r in runs])
+        c = med([r["phases"][ph]["cpu"] for r in runs])
+        m = med([r["phases"][ph]["peak_mb"] for r in runs])
+        out[ph] = {"wall": w, "cpu": c, "peak_mb": m}
+        print(f"  {ph:<8} {w:>8.2f} {c:>8.2f} {m:>12.0f}")
+    print(f"  {'total':<8} {med([r['wall'] for r in runs]):>8.2f} {med([r['cpu'] for r in runs]):>8.2f}")
+    d = {k: med([derived(r)[k] for r in runs]) for k in derived(r0)}
+    for k, v in d.items():
+        print(f"  {k}: {v:.1f}" if v >= 10 else f"  {k}: {v:.3f}")
+    if not r0["peak_reset"]:
+        print("  (VmHWM could not be reset: phase peaks are cumulative)")
+    out["derived"] = d
+    return out
+
+
+def metric_diff(a: list[dict], b: list[dict]) -> tuple[float, str]:
+    """The largest |a - b| over every numeric metric both runs logged at the same step (wall
+    clocks left out), and where it is."""
+    worst, where = 0.0, "none"
+    for ra, rb in zip(a, b):
+        for k in set(ra) & set(rb):
+            if k.startswith(SKIP_METRICS) or not isinstance(ra[k], (int, float)):
+                continue
+            d = abs(float(ra[k]) - float(rb[k]))
+            if math.isnan(d) or d > worst:
+                worst, where = d, f"step {ra.get('step')} {k}: {ra[k]} vs {rb[k]}"
+    if len(a) != len(b):
+        where += f" (rows {len(a)} vs {len(b)})"
+    return worst, where
+
+
+def worktree(rev: str) -> Path:
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"agentrl-bench-{sha}"
+    if not (path / "agentrl_cli").is_dir():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), sha],
+                       check=True, capture_output=True)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--method", default="grpo")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1, help="alternating runs per tree")
+    ap.add_argument("--against", default="", help="a git revision to run side by side")
+    ap.add_argument("--keep-worktree", action="store_true")
+    ap.add_argument("--set", action="append", default=[], help="a config override (repeatable)")
+    ap.add_argument("--json", default="", help="write every run's numbers here")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", default=str(ROOT), help=argparse.SUPPRESS)
+    ap.add_argument("--out", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    trees = {"current": ROOT}
+    if args.against:
+        trees[args.against] = worktree(args.against)
+    runs: dict[str, list[dict]] = {k: [] for k in trees}
+    print(f"bench_step: agentrl train --method {args.method} --set train.steps={args.steps} "
+          + " ".join(f"--set {s}" for s in args.set) + f" ({args.threads} thread(s))")
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
+            for r in range(args.rounds):
+                names = list(trees) if r % 2 == 0 else list(trees)[::-1]
+                for name in names:
+                    runs[name].append(measure(trees[name], args, Path(tmp), f"{name}-{r}"))
+    finally:
+        if args.against and not args.keep_worktree:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(trees[args.against])], capture_output=True)
+    med = {name: report(name, rs) for name, rs in runs.items()}
+    if args.against:
+        cur, old = med["current"], med[args.against]
+        print(f"\ncurrent / {args.against}:")
+        for ph in PHASES:
+            print(f"  {ph:<8} CPU {cur[ph]['cpu'] / max(old[ph]['cpu'], 1e-9):.2f}x   "
+                  f"peak RSS {cur[ph]['peak_mb'] / max(old[ph]['peak_mb'], 1e-9):.2f}x")
+        for k in cur["derived"]:
+            print(f"  {k}: {cur['derived'][k] / max(old['derived'][k], 1e-9):.2f}x")
+        d, where = metric_diff(runs["current"][0]["metrics"], runs[args.against][0]["metrics"])
+        print(f"  metrics.jsonl, largest difference: {d:.3g} ({where})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1))
+
+
+if __name__ == "__main__":
+    main()
