@@ -159,9 +159,9 @@ def measure_budget(cfg: RunConfig) -> int:
     from .config import step_seed
     from .context import make_spec
     from .engines import build_engine, sampling_params
-    from .models.loading import load_policy
     from .rollout.runner import run_episodes
     from .train.loop import TaskSampler
+    from .train.tiny_build import load_policy
 
     model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
     spec = make_spec(cfg)

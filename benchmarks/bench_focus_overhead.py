@@ -29,7 +29,7 @@ import torch
 from agentrl_cli import config
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
 from agentrl_cli.models.critic import ValueHead, build_critic
-from agentrl_cli.models.loading import load_policy
+from agentrl_cli.train.tiny_build import load_policy
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.train.loop import make_spec
 

@@ -17,7 +17,7 @@ import torch
 
 from agentrl_cli import config
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
-from agentrl_cli.models.loading import load_policy
+from agentrl_cli.train.tiny_build import load_policy
 from agentrl_cli.rollout.runner import _Live, append_turn, apply_step, new_episode, run_episodes
 from agentrl_cli.train.loop import make_spec
 

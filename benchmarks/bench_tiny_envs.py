@@ -24,7 +24,7 @@ import torch
 
 from agentrl_cli import config
 from agentrl_cli.evaluation.runner import run_eval
-from agentrl_cli.models.loading import model_path
+from agentrl_cli.train.tiny_build import ensure_model
 from agentrl_cli.train.loop import make_spec
 
 
@@ -60,7 +60,7 @@ def main() -> None:
         for name, steps in (("untrained", 0), ("tiny", args.warmup_steps)):
             cfg = config.load(sets=[f"env.name={env}", f"model.tiny_warmup_steps={steps}", *args.sets])
             t0 = time.time()
-            path = model_path(cfg, log=lambda s: print(f"  [{env}] {s}", flush=True))
+            path = ensure_model(cfg, log=lambda s: print(f"  [{env}] {s}", flush=True))
             built = time.time() - t0
             info = json.loads((Path(path) / "recipe.json").read_text())
             res = run_eval(cfg, n=args.samples, k_max=args.samples, n_tasks=args.tasks)

@@ -23,13 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_cli.models.chat import ChatFormat  # noqa: E402
 from agentrl_cli.models.sequences import pad_episodes, token_logprobs  # noqa: E402
-from agentrl_cli.models.tiny import TinyRecipe, _spec, make_model, train_tokenizer  # noqa: E402
+from agentrl_cli.models.tiny import TinyRecipe, make_model, train_tokenizer  # noqa: E402
+from agentrl_cli.train.tiny_build import recipe_spec  # noqa: E402
 from agentrl_cli.rollout.runner import run_expert  # noqa: E402
 
 
 def seconds_per_step(recipe: TinyRecipe, threads: int, steps: int) -> float:
     torch.set_num_threads(threads)
-    spec = _spec(recipe)
+    spec = recipe_spec(recipe)
     tasks = spec.tasks("train")
     rng = random.Random(0)
     texts = [spec.make().system_prompt]
@@ -75,7 +76,7 @@ def main() -> None:
     for v in args.variant:
         name, blob = v.split("=", 1)
         for th in args.threads:
-            rows.append((name, th, seconds_per_step(TinyRecipe(**json.loads(blob)), th, args.steps)))
+            rows.append((name, th, seconds_per_step(TinyRecipe.from_flat(json.loads(blob)), th, args.steps)))
     ref = rows[0][2]
     print(f"{'variant':12s} {'threads':>7s} {'s/step':>8s} {'speed-up':>9s}")
     for name, th, s in rows:

@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentrl_cli.engines.hf import HFEngine, SamplingParams  # noqa: E402
 from agentrl_cli.models.chat import ChatFormat  # noqa: E402
 from agentrl_cli.models.sequences import pad_episodes  # noqa: E402
-from agentrl_cli.models.tiny import TinyRecipe, _spec  # noqa: E402
+from agentrl_cli.models.tiny import TinyRecipe  # noqa: E402
+from agentrl_cli.train.tiny_build import recipe_spec  # noqa: E402
 from agentrl_cli.rollout.runner import run_episodes, run_expert  # noqa: E402
 
 
@@ -67,8 +68,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    recipe = TinyRecipe(**json.loads((args.model / "recipe.json").read_text())["recipe"])
-    spec = _spec(recipe)
+    recipe = TinyRecipe.from_flat(json.loads((args.model / "recipe.json").read_text())["recipe"])
+    spec = recipe_spec(recipe)
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     fmt = ChatFormat.from_tokenizer(tok)

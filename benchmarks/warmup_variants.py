@@ -20,14 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def build_one(out: Path, overrides: dict) -> None:
     import time
 
-    from agentrl_cli.models import tiny
-    from agentrl_cli.models.tiny import TinyRecipe, build_tiny
+    from agentrl_cli.models.tiny import TinyRecipe
+    from agentrl_cli.train import tiny_build
+    from agentrl_cli.train.tiny_build import build_tiny
 
-    tiny.BUILD_THREADS = 1      # side-by-side builds, one core each (1-thread curves differ
+    tiny_build.BUILD_THREADS = 1      # side-by-side builds, one core each (1-thread curves differ
                                 # from the default 2-thread build's only in float rounding)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    build_tiny(TinyRecipe(**overrides), out,
+    build_tiny(TinyRecipe.from_flat(overrides), out,
                log=lambda s: print(f"[{time.time() - t0:6.0f}s] {s}", flush=True))
 
 

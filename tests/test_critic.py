@@ -270,7 +270,7 @@ def test_separate_critic_from_its_own_model_path(micro_policy, tmp_path):
                     "train.save_every=2", "train.eval_every=0"]
     cfg = config.load(sets=sets, method="mpo")
     learner = build_learner(cfg, copy.deepcopy(micro_policy[0]),
-                            model_path=model_path(cfg, log=lambda s: None), log=lambda s: None)
+                            model_path=model_path(cfg), log=lambda s: None)
     assert isinstance(learner.critic, SeparateCritic)
     assert learner.critic.model.config.hidden_size == 64 and learner.critic.head.in_features == 64
 
@@ -290,4 +290,4 @@ def test_separate_critic_from_its_own_model_path(micro_policy, tmp_path):
                       method="mpo")
     with pytest.raises(config.ConfigError, match="different tokenizer"):
         build_learner(cfg, copy.deepcopy(micro_policy[0]),
-                      model_path=model_path(cfg, log=lambda s: None), log=lambda s: None)
+                      model_path=model_path(cfg), log=lambda s: None)

@@ -239,14 +239,12 @@ def test_shared_repository_expert_snapshot_and_config():
 def test_tiny_recipe_key_stable_for_options_at_their_default():
     """A field added after a recipe version changes the tiny build's cache key only when set:
     cached default builds stay valid, a shared-repository build gets its own folder."""
-    from dataclasses import asdict
-
     from agentrl_cli.models import tiny
 
     r = tiny.TinyRecipe()
-    assert r.repos == "per-task" and "repos" in tiny.LATER_FIELDS
+    assert r.env.repos == "per-task" and "repos" in tiny.LATER_FIELDS
     old = tiny.hashlib.sha256(tiny.json.dumps(
-        {"v": tiny.RECIPE_VERSION, **{k: v for k, v in asdict(r).items() if k != "repos"}},
+        {"v": tiny.RECIPE_VERSION, **{k: v for k, v in r.flat().items() if k != "repos"}},
         sort_keys=True).encode()).hexdigest()[:12]
     assert r.key() == old
-    assert tiny.TinyRecipe(repos="shared").key() != old
+    assert tiny.TinyRecipe.from_flat({"repos": "shared"}).key() != old

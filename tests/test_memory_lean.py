@@ -10,10 +10,10 @@ import torch
 from conftest import MICRO
 
 from agentrl_cli import config
-from agentrl_cli.models.loading import load_policy
 from agentrl_cli.models.sequences import hidden_states, logprobs_from_hidden
 from agentrl_cli.train.batch import Batch, microbatches
 from agentrl_cli.train.loop import build_learner, score, update
+from agentrl_cli.train.tiny_build import load_policy
 
 TOL = dict(atol=1e-6, rtol=1e-4)
 

@@ -173,15 +173,17 @@ def test_a_killed_tiny_build_is_cleaned_on_the_next_start(tmp_path):
 
     from agentrl_cli.models import tiny
     from agentrl_cli.models.loading import tiny_recipe
+    from agentrl_cli.train import tiny_build
 
     script = (
         "import os, signal\n"
-        "from agentrl_cli.models import tiny\n"
+        "from agentrl_cli.models.tiny import TinyRecipe\n"
+        "from agentrl_cli.train import tiny_build\n"
         "def build(recipe, out, log):\n"
         "    (out / 'config.json').write_text('{')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
-        "tiny.build_tiny = build\n"
-        "tiny.ensure_tiny(tiny.TinyRecipe(env_seed=987))\n")
+        "tiny_build.build_tiny = build\n"
+        "tiny_build.ensure_tiny(TinyRecipe.from_flat({'env_seed': 987}))\n")
     p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), timeout=120)
     assert p.returncode == -signal.SIGKILL
     root = tiny.cache_root()
@@ -189,11 +191,11 @@ def test_a_killed_tiny_build_is_cleaned_on_the_next_start(tmp_path):
     assert killed
     live = root / "tiny-search-000000000000.abcd1234"      # a build still running
     live.mkdir()
-    fd = os.open(live / tiny.BUILD_LOCK, os.O_RDWR | os.O_CREAT)
+    fd = os.open(live / tiny_build.BUILD_LOCK, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         cfg = config.load(sets=MICRO)
-        tiny.ensure_tiny(tiny_recipe(cfg), log=lambda s: None)   # any start that needs tiny
+        tiny_build.ensure_tiny(tiny_recipe(cfg), log=lambda s: None)   # any start that needs tiny
         assert not any(d.exists() for d in killed) and live.is_dir()
     finally:
         os.close(fd)

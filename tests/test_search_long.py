@@ -6,7 +6,7 @@ import random
 from agentrl_cli.cli.options import load_config
 from agentrl_cli.config import RunConfig
 from agentrl_cli.models.loading import tiny_recipe
-from agentrl_cli.models.tiny import TinyRecipe, train_tokenizer
+from agentrl_cli.models.tiny import TinyRecipe, tiny_path, train_tokenizer
 from agentrl_cli.train.loop import make_spec
 
 from env_checks import run_expert
@@ -22,11 +22,16 @@ def test_selector_resolves_to_the_long_config():
     assert (cfg.env.max_hops, cfg.env.max_turns) == (5, 20)
     # the tiny model is built for it (its own cache key); the default build's key is untouched
     long_recipe = tiny_recipe(load_config(None, None, benchmark="search-long"))
-    assert (long_recipe.min_hops, long_recipe.max_hops, long_recipe.max_turns) == (4, 5, 16)
+    assert (long_recipe.env.min_hops, long_recipe.env.max_hops, long_recipe.env.max_turns) == (4, 5, 16)
     assert long_recipe.max_positions >= 1024
     assert long_recipe.error_rate == 0.05 and TinyRecipe().error_rate == 0.15
     default = tiny_recipe(load_config(None, None, env="search"))
     assert default == TinyRecipe() and default.key() != long_recipe.key()
+    # the keys of the cached builds (the recipe holds the env section; its key hashes the
+    # fields under the names they had when it copied them one by one)
+    assert (default.key(), long_recipe.key()) == ("10316bcc3fa0", "21a90c6cbf04")
+    assert str(tiny_path(default)).endswith("tiny-search-10316bcc3fa0")
+    assert TinyRecipe.from_flat(long_recipe.flat()) == long_recipe
     # `--env search` keeps the default env, not the long variant's presets
     cfg = load_config(None, None, env="search")
     assert (cfg.env.min_hops, cfg.env.max_hops, cfg.env.max_turns) == (2, 3, 12)

@@ -39,6 +39,7 @@ def eval_cmd(
     from ..config import load_saved
     from ..evaluation.runner import run_eval
     from ..reporting.live import eval_table
+    from ..train.tiny_build import ensure_model
 
     if json_path is not None:             # before the work, so results are never lost at the end
         from ..train.run_folder import check_output_file
@@ -81,6 +82,7 @@ def eval_cmd(
         str(ckpt) if ckpt is not None else (Path(cfg.model.name).name if cfg.model.name != "tiny" else "tiny"))
     console.print(f"evaluating {label} on {cfg.env.name}: {tasks} held-out tasks x {n} samples"
                   + (f" = {same}" if same else ""), highlight=False)
+    ensure_model(cfg)                     # `tiny`: built once, before the bar
     with _Progress(console, tasks * n) as bar:
         res = run_eval(cfg, n=n, k_max=pass_k, n_tasks=tasks, greedy=greedy, seed=sample_seed,
                        progress=bar.update)

@@ -44,6 +44,7 @@ def rollout_cmd(
         model = str(find(checkpoint))
     cfg = load_config(config, set_, benchmark=benchmark, method=method, env=env, model=model,
                       engine=engine, seed=seed)
+    _build_model(cfg, policy, split)
     trees = None
     if policy == "model" and cfg.algo.controller == "focus":
         from ..train.trees import collect_trees
@@ -82,3 +83,25 @@ def rollout_cmd(
                         f"{budget or 'none'}; generated {sum(e.generated_tokens for e in eps)} tokens",
                         highlight=False)
     Console().print(f"wrote {out}", highlight=False)
+
+
+def _build_model(cfg, policy: str, split: str) -> None:
+    """Build `tiny` where the rollout needs its folder: the policy's, or the tokenizer an expert
+    rollout records with. On a real benchmark's env, or an env without a train split, an
+    expert rollout with `tiny` records bytes instead (`rollout.collect.expert_format`). An
+    unknown split is reported first, before any work."""
+    from ..context import make_spec
+    from ..envs.benchmarks import real_benchmark_envs
+    from ..errors import ConfigError
+    from ..train.tiny_build import ensure_model
+
+    if cfg.model.name != "tiny" or policy == "expert" and cfg.env.name in real_benchmark_envs():
+        return
+    spec = make_spec(cfg)
+    spec.tasks(split, 1)
+    if policy == "expert":
+        try:
+            spec.tasks("train", 1)
+        except ConfigError:
+            return
+    ensure_model(cfg)

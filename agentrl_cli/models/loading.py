@@ -8,7 +8,7 @@ import torch
 from ..errors import ConfigError
 from ..config import RunConfig
 from .chat import ChatFormat
-from .tiny import TinyRecipe, ensure_tiny
+from .tiny import TinyRecipe, is_built, tiny_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -22,19 +22,22 @@ def resolve_device(name: str) -> torch.device:
 
 
 def tiny_recipe(cfg: RunConfig) -> TinyRecipe:
-    return TinyRecipe(env=cfg.env.name, env_seed=cfg.env.seed, min_hops=cfg.env.min_hops,
-                      max_hops=cfg.env.max_hops, max_turns=cfg.env.max_turns,
-                      n_entities=cfg.env.n_entities, n_train=cfg.env.n_train, n_eval=cfg.env.n_eval,
-                      relations=cfg.env.relations, repos=cfg.env.repos,
-                      max_steps=cfg.model.tiny_warmup_steps,
+    return TinyRecipe(env=cfg.env, max_steps=cfg.model.tiny_warmup_steps,
                       target_success=cfg.model.tiny_target_success,
                       error_rate=cfg.model.tiny_error_rate)
 
 
-def model_path(cfg: RunConfig, log: Callable[[str], None] = print) -> str:
-    """Local folder (building the tiny model if needed) or the hub id the user named."""
+def model_path(cfg: RunConfig) -> str:
+    """The local folder of `tiny` (built for this config's env and warm-up settings) or the
+    folder / hub id the user named. Building `tiny` is training: commands build it first
+    (`train.tiny_build.ensure_model`); here a missing build is a one-line error."""
     if cfg.model.name == "tiny":
-        return str(ensure_tiny(tiny_recipe(cfg), log))
+        path = tiny_path(tiny_recipe(cfg))
+        if not is_built(path):
+            raise ConfigError(f"the tiny model for env '{cfg.env.name}' is not built yet "
+                              f"({path}): commands build it; in code call "
+                              f"agentrl_cli.train.tiny_build.ensure_model(cfg) first")
+        return str(path)
     return cfg.model.name
 
 
@@ -81,7 +84,7 @@ def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
     if cfg.model.attention == "sink_flex" and device.type != "cuda":
         raise ConfigError("model.attention=sink_flex needs CUDA (FlexAttention has no CPU "
                           "backward); use sink_sdpa on CPU")
-    path = model_path(cfg, log)
+    path = model_path(cfg)
     tok = AutoTokenizer.from_pretrained(path)
     model = load_model(path, cfg).to(device)
     model.eval()

@@ -27,7 +27,7 @@ from ..engines import build_engine, check_engine, sampling_params
 from ..evaluation.runner import evaluate
 from ..methods import METHODS
 from ..models.critic import build_critic, critic_config, critic_mode, is_separate, load_head_state
-from ..models.loading import load_critic_model, load_policy
+from ..models.loading import load_critic_model
 from ..models.tiny import VALUE_HEAD
 from ..reporting.metrics import MetricsLog, plot_learning_curve
 from ..rollout.controllers import RolloutContext
@@ -37,6 +37,7 @@ from .batch import Batch, collate, forward, microbatches, trim
 from .distributed import Local, from_env
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
+from .tiny_build import load_policy
 from .update import POLICY_LOSSES
 
 
@@ -57,7 +58,7 @@ class TaskSampler:
         return out
 
 
-# The tiny build fits its value head on turn-start states only (`models.tiny.fit_value_head`):
+# The tiny build fits its value head on turn-start states only (`train.tiny_build.fit_value_head`):
 # only FOCUS, which reads the critic only at segment boundaries, starts from it. Token-level
 # GAE (ppo) and MPO's intra-turn trace read it at every policy token, where that fit does not
 # hold (measured: critic loss 0.76 at PPO's first step vs 0.17-0.25 for the constant 0.5), so

@@ -37,7 +37,7 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
     if (ckpt / checkpoint.STATE_FILE).is_file():
         critic = critic_from_checkpoint(checkpoint.load_state(ckpt), model)
     else:
-        critic = initial_critic(cfg, model, model_path(cfg, log), log)
+        critic = initial_critic(cfg, model, model_path(cfg), log)
     engine = build_engine(cfg, model, fmt)
     params = sampling_params(cfg)
     budget = cfg.rollout.budget_tokens

@@ -28,13 +28,13 @@ def build(out: Path, small: bool) -> Path:
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     from agentrl_cli import config
-    from agentrl_cli.models.loading import model_path
+    from agentrl_cli.train.tiny_build import ensure_model
 
     folder = out / ("qwen3-micro" if small else "qwen3-small")
     if (folder / "config.json").is_file():
         return folder
     cfg = config.load(sets=["model.tiny_warmup_steps=0"])
-    tok = AutoTokenizer.from_pretrained(model_path(cfg, log=lambda s: None))  # tokenizer only
+    tok = AutoTokenizer.from_pretrained(ensure_model(cfg, log=lambda s: None))  # tokenizer only
     hidden, layers, heads, kv = (64, 2, 2, 1) if small else (512, 8, 8, 4)
     mcfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=3 * hidden,
                        num_hidden_layers=layers, num_attention_heads=heads,

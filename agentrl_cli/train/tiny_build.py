@@ -1,0 +1,372 @@
+"""Building the tiny agent: a supervised warm-up of the model `models/tiny.py` describes, on
+*imperfect* expert demonstrations of a built-in env, then a fit of its critic.
+
+The steps, in order (one seeded `random.Random` and one `torch.Generator` run through them, so
+a recipe always gives the same model): a tokenizer trained on expert transcripts (`_corpus`),
+the untrained model (`models.tiny.make_model`), the demonstrations (`_demonstrations`), the
+warm-up (`_warm_up`: one `_sft_step` per step, `_held_out_success` at the checks) and the warm
+critic (`fit_value_head`). The folder is published under the recipe's cache key
+(`models.tiny.tiny_path`) by `ensure_tiny`.
+
+The warm-up runs a cosine learning-rate schedule over `max_steps` (annealing gave steadier
+final models than a constant rate) and checks held-out success (sampled, temperature 1) from
+`eval_start`; it stops early if a check reaches `target_success`. The demonstrator opens a
+distractor document with probability `error_rate` and follows it, so even perfect imitation
+succeeds only about (1 - error_rate)^hops of the time: RL has room above.
+
+Commands resolve `--model tiny` to the built folder here (`ensure_model`) before any work; the
+libraries below `train/` only look the folder up (`models.loading.model_path`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..config import RunConfig
+from ..models import loading
+from ..models.tiny import TinyRecipe, VALUE_HEAD, is_built, make_model, tiny_path, train_tokenizer
+
+BUILD_THREADS = 2
+BUILD_LOCK = ".building"      # held (flock) by a live builder inside its temp folder
+_BUILD_TMP = re.compile(r"^tiny-[^.]+\.[a-z0-9_]{8}$")
+
+
+# ------------------------------------------------------------------ the command boundary
+def ensure_model(cfg: RunConfig, log: Callable[[str], None] = print) -> str:
+    """The model folder (or hub id) `cfg.model.name` names, building the tiny model once when
+    it names `tiny`: what every command calls before the libraries receive the folder."""
+    if cfg.model.name == "tiny":
+        ensure_tiny(loading.tiny_recipe(cfg), log)
+    return loading.model_path(cfg)
+
+
+def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
+    """`models.loading.load_policy` after `ensure_model`: the trainer's initial policy."""
+    ensure_model(cfg, log)
+    return loading.load_policy(cfg, log)
+
+
+def clean_stale_builds(root: Path | None = None, log: Callable[[str], None] = print,
+                       max_age_s: float = 86_400.0) -> list[Path]:
+    """Remove the temp folders (`tiny-*.xxxxxxxx`) of builds whose builder is gone: its lock is
+    free (the kernel releases it when the process dies, however it dies), or, for a folder
+    without a lock (older builds), it is older than `max_age_s`. A live build is left alone."""
+    import fcntl
+
+    from ..models.tiny import cache_root
+
+    root = cache_root() if root is None else Path(root)
+    removed = []
+    for p in root.glob("tiny-*.*") if root.is_dir() else []:
+        if not _BUILD_TMP.match(p.name) or not p.is_dir() or p.is_symlink():
+            continue
+        lock = p / BUILD_LOCK
+        if lock.is_file():
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)              # a live builder
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+            os.close(fd)
+        elif time.time() - p.stat().st_mtime > max_age_s:
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            continue
+        removed.append(p)
+    if removed:
+        log(f"removed {len(removed)} unfinished tiny-model build(s) from {root}: "
+            + ", ".join(p.name for p in removed))
+    return removed
+
+
+def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
+    """Return the folder of the tiny model, building it (once) if absent. The build runs in a
+    temp folder that holds a lock while it lives and is renamed into place when done; builds
+    killed half-way are removed here (`clean_stale_builds`)."""
+    import fcntl
+
+    path = tiny_path(recipe)
+    clean_stale_builds(path.parent, log)
+    if is_built(path):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    fd = os.open(tmp / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        build_tiny(recipe, tmp, log)
+        (tmp / BUILD_LOCK).unlink()       # not part of the model; still held through fd
+        try:
+            os.replace(tmp, path)  # atomic publish; a concurrent builder may have won
+        except OSError:
+            if not is_built(path):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(fd)
+    return path
+
+
+# ------------------------------------------------------------------------------ building
+def recipe_spec(recipe: TinyRecipe, seed: int | None = None):
+    """The env spec the recipe warms up on (its world at `seed`, default the env's own)."""
+    from ..envs import ENVS
+
+    e = recipe.env
+    return ENVS.get(e.name)(seed=e.seed if seed is None else seed, min_hops=e.min_hops,
+                            max_hops=e.max_hops, max_turns=e.max_turns,
+                            n_entities=e.n_entities, n_train=e.n_train,
+                            n_eval=e.n_eval, relations=e.relations,
+                            repos=e.repos)
+
+
+def _transcript_weights(batch, attn: torch.Tensor, obs_weight: float) -> torch.Tensor:
+    """[B, L]: 1 on policy tokens, `obs_weight` on observation tokens, 0 on prompt / padding."""
+    w = torch.zeros(attn.shape)
+    for i, e in enumerate(batch):
+        first = e.turns[0].start if e.turns else len(e.token_ids)
+        row = torch.tensor(e.response_mask, dtype=torch.float)
+        row[first:] = torch.where(row[first:] > 0, 1.0, obs_weight)
+        w[i, :len(row)] = row
+    return w
+
+
+@torch.no_grad()
+def fit_value_head(model, engine, fmt, spec, tasks, n_episodes: int, max_tokens: int,
+                   gen: torch.Generator, path: Path) -> dict:
+    """A warm critic for the methods that need one (FOCUS above all: its allocator and its
+    TD advantages are only as good as V). The warmed-up model samples `n_episodes` on training
+    tasks (temperature 1); every turn-start state gets its episode's outcome as target (a
+    Monte-Carlo value of the base policy); a ridge regression of those targets on the state's
+    last hidden state (the same features the trainer's value head reads) gives the head's
+    weight and bias, saved as `path` (safetensors, the `torch.nn.Linear` state dict). The
+    trainer starts its value head from it (`train.loop.build_learner`)."""
+    from safetensors.torch import save_file
+
+    from ..engines.hf import SamplingParams
+    from ..models.sequences import hidden_states, pad_episodes
+    from ..rollout.runner import run_episodes
+
+    picks = [(tasks[i % len(tasks)], 0) for i in range(n_episodes)]
+    eps = run_episodes(engine, fmt, spec, picks, SamplingParams(temperature=1.0, max_new_tokens=32),
+                       max_tokens=max_tokens, batch_size=64, generator=gen)
+    feats, ys = [], []
+    for i in range(0, len(eps), 32):
+        chunk = eps[i:i + 32]
+        ids, _, attn = pad_episodes(chunk, fmt.pad_id)
+        h = hidden_states(model, ids, attn).float()
+        for b, e in enumerate(chunk):
+            for t in e.turns:              # the state before each assistant turn
+                feats.append(h[b, t.start - 1])
+                ys.append(float(e.reward))
+    X = torch.stack(feats).double()
+    y = torch.tensor(ys, dtype=torch.float64)
+    mu = X.mean(0)
+    Xc = X - mu
+    gram = Xc.T @ Xc
+    ridge = 1e-3 * float(torch.trace(gram)) / X.shape[1] + 1e-9   # relative to the features' scale
+    w = torch.linalg.solve(gram + ridge * torch.eye(X.shape[1], dtype=X.dtype), Xc.T @ (y - y.mean()))
+    b = y.mean() - mu @ w
+    pred = (X @ w + b).clamp(0, 1)
+    save_file({"weight": w.float().unsqueeze(0).contiguous(), "bias": b.float().reshape(1)}, str(path))
+    return {"states": len(y), "success": sum(e.success for e in eps) / len(eps),
+            "mse": float(((pred - y) ** 2).mean()), "mse_const": float(y.var(unbiased=False))}
+
+
+def _demo_worlds(recipe: TinyRecipe, spec) -> list[tuple[object, list]]:
+    """(spec, training tasks) of every world the demonstrations come from. World 0 is the env
+    the agent is evaluated and trained on; the others are the same generator at other seeds, so
+    names, ids and facts never repeat often enough to be memorised: copying from the context is
+    the only way to imitate them (one world let the model memorise names and doc ids instead)."""
+    worlds = [(spec, spec.tasks("train"))]
+    k = 0
+    while len(worlds) < recipe.demo_worlds and k < 4 * recipe.demo_worlds:
+        k += 1
+        try:
+            other = recipe_spec(recipe, seed=recipe.env.seed + 7919 * k)
+            worlds.append((other, other.tasks("train")))
+        except ValueError:        # a world with too few questions of the asked size: skip it
+            continue
+    return worlds
+
+
+def _decay(recipe: TinyRecipe, step: int) -> float:
+    if recipe.lr_schedule == "constant":
+        return 1.0
+    if recipe.lr_schedule == "cosine":   # to 10% of the peak at max_steps
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, step / recipe.max_steps)))
+    raise ValueError(f"unknown lr_schedule '{recipe.lr_schedule}' (constant, cosine)")
+
+
+def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
+    """Build on `BUILD_THREADS` torch threads: float reductions depend on the thread count, so
+    fixing it makes the same recipe give the same model on any machine (a laptop defaults to
+    more threads than a 2-core CI box). Two: 1.8x faster than one on an idle 2-core machine
+    (`benchmarks/bench_warmup_step.py`); on a busy one the two OpenMP threads can stall each
+    other, so `benchmarks/warmup_variants.py` runs its side-by-side builds on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        return _build_tiny(recipe, out, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _corpus(recipe: TinyRecipe, spec, worlds, n_train: int, rng: random.Random) -> list[str]:
+    """The tokenizer's training texts: expert transcripts (perfect and imperfect, alternately)
+    of training tasks of every world, and the chat roles."""
+    texts: list[str] = []
+    probe_env = spec.make()
+    texts.append(probe_env.system_prompt)
+    per_world = max(1, n_train // len(worlds))
+    for i, (w, task) in enumerate((w, t) for w, ts in worlds for t in ts[:per_world]):
+        env = w.make()
+        texts.append(env.reset(task))
+        for _ in range(recipe.env.max_turns):
+            action = w.expert(env, rng, recipe.error_rate if i % 2 else 0.0)
+            res = env.step(action)
+            texts.append(action)
+            if res.observation:
+                texts.append(res.observation)
+            if res.terminated or res.truncated:
+                break
+    texts += ["user", "assistant", "tool", "system", "error"]
+    return texts
+
+
+def _demonstrations(recipe: TinyRecipe, worlds, fmt, rng: random.Random) -> list:
+    """`recipe.demos` imperfect expert episodes spread over the worlds, shortest first (a batch
+    of neighbours then wastes little on padding)."""
+    from ..rollout.runner import run_expert
+
+    demos = []
+    for k, (w, ts) in enumerate(worlds):
+        n = recipe.demos // len(worlds) + (k < recipe.demos % len(worlds))
+        looks = w.tasks("lookup") if recipe.lookup_share > 0 else []
+        picks = [((looks[rng.randrange(len(looks))] if looks and rng.random() < recipe.lookup_share
+                   else ts[rng.randrange(len(ts))]), 0) for _ in range(n)]
+        demos += run_expert(fmt, w, picks, max_tokens=recipe.max_positions,
+                            seed=recipe.seed + k, error_rate=recipe.error_rate)
+    return demos
+
+
+def _sft_step(model, opt, batch, fmt, recipe: TinyRecipe, lr: float) -> torch.Tensor:
+    """One supervised step on a batch of demonstrations; returns the loss."""
+    from ..models.sequences import pad_episodes, token_logprobs
+
+    for g in opt.param_groups:
+        g["lr"] = lr
+    ids, mask, attn = pad_episodes(batch, fmt.pad_id)
+    model.train()
+    logp = token_logprobs(model, ids, attn)
+    # Warm-up loss on every transcript token after the prompt, observations included:
+    # predicting search results and documents teaches the copy circuits (names, doc ids)
+    # several times faster than the few policy tokens alone. RL later trains policy tokens
+    # only (the response mask); this is language-model pre-training on the env's text.
+    weight = _transcript_weights(batch, attn, recipe.obs_weight)
+    loss = -(logp * weight[:, 1:]).sum() / weight[:, 1:].sum()
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+def _held_out_success(model, engine, fmt, spec, eval_tasks, recipe: TinyRecipe,
+                      gen: torch.Generator) -> float:
+    """Success of two sampled episodes (temperature 1) per held-out task."""
+    from ..engines.hf import SamplingParams
+    from ..rollout.runner import run_episodes
+
+    model.eval()
+    params = SamplingParams(temperature=1.0, max_new_tokens=32)
+    eps = run_episodes(engine, fmt, spec, [(t, 0) for t in eval_tasks for _ in range(2)],
+                       params, max_tokens=recipe.max_positions, batch_size=96, generator=gen)
+    return sum(e.success for e in eps) / len(eps)
+
+
+def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, eval_tasks,
+             rng: random.Random, gen: torch.Generator, log: Callable[[str], None]):
+    """The supervised warm-up -> (last step, last held-out success, the checks' history)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    history = []
+    success = 0.0
+    step = 0
+    for step in range(1, recipe.max_steps + 1):
+        lr = recipe.lr * min(1.0, step / 20) * _decay(recipe, step)
+        # demos are sorted by length, so a batch of neighbours wastes little on padding
+        start = rng.randrange(len(demos) - recipe.batch_size + 1)
+        loss = _sft_step(model, opt, demos[start:start + recipe.batch_size], fmt, recipe, lr)
+        if step == recipe.max_steps or step >= recipe.eval_start and step % recipe.eval_every == 0:
+            success = _held_out_success(model, engine, fmt, spec, eval_tasks, recipe, gen)
+            history.append({"step": step, "loss": float(loss.detach()), "success": success})
+            log(f"tiny: warm-up step {step} loss {float(loss.detach()):.3f} held-out success {success:.2f}")
+            if success >= recipe.target_success:
+                break
+    return step, success, history
+
+
+def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
+    from ..engines.hf import HFEngine
+    from ..models.chat import ChatFormat
+
+    t0 = time.time()
+    spec = recipe_spec(recipe)
+    rng = random.Random(recipe.seed)
+    train_tasks = spec.tasks("train")
+    eval_tasks = spec.tasks("eval", recipe.eval_tasks)
+    worlds = _demo_worlds(recipe, spec)
+
+    # 1. tokenizer, trained on expert transcripts (perfect and imperfect) of training tasks
+    tok = train_tokenizer(_corpus(recipe, spec, worlds, len(train_tasks), rng), recipe.vocab_size)
+    fmt = ChatFormat.from_tokenizer(tok)
+    log(f"tiny: tokenizer trained ({len(tok)} tokens) in {time.time() - t0:.1f}s")
+
+    # 2. model
+    model = make_model(recipe, len(tok))
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"tiny: Qwen3 model with {n_params / 1e6:.2f}M parameters")
+
+    # 3. warm-up on imperfect demonstrations
+    demos = _demonstrations(recipe, worlds, fmt, rng)
+    demo_success = sum(e.success for e in demos) / len(demos)
+    demos.sort(key=lambda e: len(e.token_ids))
+    engine = HFEngine(model, fmt.pad_id)
+    gen = torch.Generator().manual_seed(recipe.seed)
+    step, success, history = _warm_up(recipe, model, engine, fmt, spec, demos, eval_tasks,
+                                      rng, gen, log)
+    model.eval()
+    loading.quiet_transformers()
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+    # 4. the warm critic
+    critic = {}
+    if recipe.critic_episodes > 0 and recipe.max_steps > 0:   # no warm-up, no warm critic
+        critic = fit_value_head(model, engine, fmt, spec, train_tasks, recipe.critic_episodes,
+                                recipe.max_positions, gen, out / VALUE_HEAD)
+        log(f"tiny: value head fitted on {critic['states']} states of {recipe.critic_episodes} "
+            f"own episodes (success {critic['success']:.2f}, MSE {critic['mse']:.3f} vs "
+            f"{critic['mse_const']:.3f} for a constant)")
+    info = {"recipe": recipe.flat(), "key": recipe.key(), "params": n_params,
+            "warmup_steps": step, "base_success": success, "demo_success": demo_success,
+            "history": history, "critic": critic, "build_seconds": time.time() - t0}
+    (out / "recipe.json").write_text(json.dumps(info, indent=2))
+    log(f"tiny: built in {time.time() - t0:.0f}s (demonstrator success {demo_success:.2f}, "
+        f"held-out success {success:.2f})")
+    return info
