@@ -355,9 +355,11 @@ def test_env_world_audit_states_truth_and_pool(micro_run):
 def test_continuations_resume_from_the_visible_context_under_compaction(micro_policy):
     from agentrl_cli.context.windows import visible_ids
     from agentrl_cli.diagnostics.mc import continue_from, load_checkpoint_policy, sample_episodes
+    from agentrl_cli.train.tiny_build import ensure_model
 
     cfg = config.load(sets=MICRO + ["context.operator=compaction", "context.threshold_tokens=100",
                                     "env.max_turns=6"])
+    ensure_model(cfg, log=lambda s: None)        # this env's tiny build (commands build it)
     pol = load_checkpoint_policy(cfg, None)
     (task,) = pol.spec.tasks("eval", 1)
     (ep,), (states,) = sample_episodes(pol, [(task, 0)], 0)
