@@ -12,8 +12,8 @@ and the variance decomposition.
   snapshot, the exact visible context at `s_k` as the prompt (token-in, token-out; under a context
   operator the prompt + the current window, as the vine controller resumes), the batched runner.
 - `critic_at_states`, `critic_at_tokens`: value-head outputs at `s_k` / at every policy token
-  (`V_{t,i}` = the value of the state before token i of turn t), from the trainer's own forward
-  pass (window masks included).
+  (`V_{t,i}` = the value of the state before token i of turn t), by `rollout.values` (the values
+  of the trainer's forward pass, window masks included).
 """
 from __future__ import annotations
 
@@ -145,31 +145,40 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
     return out
 
 
-@torch.no_grad()
-def _values(pol: Policy, episodes: list[Episode]) -> torch.Tensor:
-    from ..train.batch import collate, forward, microbatches, trim
+def _values_at(pol: Policy, episodes: list[Episode], positions: list[list[int]]) -> list[list[float]]:
+    """Per episode, V of the state before each of its `positions` (`rollout.values`), in
+    micro-batches of at most `train.max_tokens_per_microbatch` padded tokens."""
+    from ..rollout.values import critic_values
+    from ..train.batch import collate, microbatches
 
     if pol.critic is None:
         raise ConfigError(f"{pol.name} has no critic (value head); use a checkpoint of a method "
                           "that trains one (ppo, mpo, focus)")
-    batch = collate(episodes, pol.fmt.pad_id)
-    vals = torch.zeros(batch.input_ids.shape)
-    for rows in microbatches(batch, pol.cfg.train.max_tokens_per_microbatch):
-        mb = trim(batch.select(rows))
-        _, v = forward(pol.model, pol.critic, mb, pol.cfg.rollout.temperature)
-        vals[rows, :v.shape[1]] = v.float().cpu()
-    return vals
+    out: list[list[float]] = [[] for _ in episodes]
+    for rows in microbatches(collate(episodes, pol.fmt.pad_id), pol.cfg.train.max_tokens_per_microbatch):
+        vals = critic_values(pol.model, pol.critic, [episodes[i] for i in rows],
+                             [positions[i] for i in rows])
+        for i, v in zip(rows, vals):
+            out[i] = v
+    return out
 
 
 def critic_at_states(pol: Policy, episodes: list[Episode], first: int = 0) -> list[list[float]]:
     """Per episode [V(s_k) for k = first..K-1], V(s_k) at the start of segment k."""
     if not episodes:
         return []
-    vals = _values(pol, episodes)
-    return [[float(vals[b, s]) for s in ep.segment_starts[first:]] for b, ep in enumerate(episodes)]
+    return _values_at(pol, episodes, [ep.segment_starts[first:] for ep in episodes])
 
 
 def critic_at_tokens(pol: Policy, episodes: list[Episode]) -> list[list[list[float]]]:
     """Per episode, per turn, V_{t,i} at each of the turn's policy tokens."""
-    vals = _values(pol, episodes)
-    return [[vals[b, t.start:t.end].tolist() for t in ep.turns] for b, ep in enumerate(episodes)]
+    vals = _values_at(pol, episodes, [[i for t in ep.turns for i in range(t.start, t.end)]
+                                      for ep in episodes])
+    out = []
+    for ep, v in zip(episodes, vals):
+        k, row = 0, []
+        for t in ep.turns:
+            row.append(v[k:k + t.end - t.start])
+            k += t.end - t.start
+        out.append(row)
+    return out

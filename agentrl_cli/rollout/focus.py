@@ -41,12 +41,13 @@ import torch
 
 from ..context.windows import visible_ids, visible_len
 from ..engines.hf import sample_rows
-from ..models.critic import critic_hidden, is_separate
+from ..models.critic import is_separate
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .planner import (ALLOCATORS, FocusPlanner, Node, PlanPath, compact_rows, env_snapshot, gain,
                       path_generator, pick_continuation, seed_base)
 from .runner import LiveEpisode, advance, append_turn
+from .values import critic_values, head_values
 
 __all__ = ["ALLOCATORS", "FocusRunner", "gain", "path_generator", "pick_continuation", "seed_base"]
 
@@ -154,32 +155,19 @@ class FocusRunner:
         self.parked.append(p)
 
     def _values(self) -> None:
-        """Critic values of the states whose context was just fed."""
+        """Critic values of the states whose context was just fed (`rollout.values`): a value
+        head reads the rows' last hidden states in the KV batch; a separate critic runs its own
+        forward over each state's visible context."""
         if not self.value_wait:
             return
-        if self.critic is None:
-            for _, nd in self.value_wait:
-                nd.v = 0.5
-        elif is_separate(self.critic):  # the critic's own forward over each visible context
-            ctxs = [visible_ids(p.live.ep) for p, _ in self.value_wait]
-            n = torch.tensor([len(c) for c in ctxs])
-            ids = torch.zeros(len(ctxs), int(n.max()), dtype=torch.long)
-            for i, c in enumerate(ctxs):
-                ids[i, :len(c)] = torch.tensor(c)
-            attn = (torch.arange(ids.shape[1])[None] < n[:, None]).long()
-            dev = next(self.critic.parameters()).device
-            with torch.no_grad():
-                h = critic_hidden(self.critic, None, ids.to(dev), attn.to(dev))
-                h = h[torch.arange(len(ctxs), device=dev), (n - 1).to(dev)].float()
-                v = self.critic(h).squeeze(-1).float().tolist()
-        else:
+        if self.kv.keep_hidden:
             rows = torch.tensor([p.row for p, _ in self.value_wait], dtype=torch.long)
-            with torch.no_grad():
-                h = self.kv.last_hidden[rows].float()
-                v = self.critic(h).squeeze(-1).float().tolist()
-        if self.critic is not None:
-            for (_, nd), x in zip(self.value_wait, v):
-                nd.v = float(x)
+            vals = head_values(self.critic, self.kv.last_hidden[rows])
+        else:
+            ctxs = [visible_ids(p.live.ep) for p, _ in self.value_wait]
+            vals = [v for [v] in critic_values(None, self.critic, ctxs, [[len(c)] for c in ctxs])]
+        for (_, nd), v in zip(self.value_wait, vals):
+            nd.v = float(v)
         self.value_wait = []
 
     # -- the loop ----------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .planner import FocusPlanner, PlanPath, seed_base
 from .tree import Node
 from .executors import INF, HFPathExecutor, PathEvent, PathExecutor, PathJob, Report  # noqa: F401
+from .values import CriticValues
 
 
 
@@ -225,45 +226,6 @@ class RolloutWorker:
 
     def step(self, jobs: list[PathJob], ticks: int, fresh: bool) -> Report:
         return self.executor.step(jobs, ticks, fresh)
-
-
-# ----------------------------------------------------------------------------- critic values
-
-
-class CriticValues:
-    """V(s) of FOCUS nodes from the trainer's model and value head (or separate critic): one
-    forward over a finished episode gives the hidden state after each node's context (its last
-    token)."""
-
-    def __init__(self, model, critic):
-        self.model, self.critic = model, critic
-
-    @torch.no_grad()
-    def __call__(self, episodes: list[Episode], positions: list[list[int]]) -> list[list[float]]:
-        from ..models.critic import critic_hidden, is_separate
-        from ..models.sequences import hidden_states, pad_episodes
-
-        if self.critic is None:
-            return [[0.5] * len(p) for p in positions]
-        out: list[list[float]] = [[] for _ in episodes]
-        todo = [i for i, p in enumerate(positions) if p]
-        if not todo:
-            return out
-        device = next(self.model.parameters()).device
-        ids, _, attn = pad_episodes([episodes[i] for i in todo], 0)
-        ids, attn = ids.to(device), attn.to(device)
-        if is_separate(self.critic):   # the critic's own model reads the same ids
-            h = critic_hidden(self.critic, None, ids, attn)
-        else:
-            was_training = self.model.training
-            self.model.eval()
-            h = hidden_states(self.model, ids, attn)
-            self.model.train(was_training)
-        for j, i in enumerate(todo):
-            rows = torch.tensor([p - 1 for p in positions[i]], dtype=torch.long, device=h.device)
-            v = self.critic(h[j, rows].float()).squeeze(-1).float()
-            out[i] = [float(x) for x in v.tolist()]
-        return out
 
 
 # ----------------------------------------------------------------------------- the scheduler
