@@ -75,9 +75,7 @@ def ablate_cmd(
 ):
     """Sweep config keys, methods and seeds: one `agentrl train` run per cell and seed; a rerun skips finished runs. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""  # noqa: E501
     from .. import ablate as AB
-    from ..errors import ConfigError
-    from ..config import RunConfig, _check_key, parse_sets, read_yaml
-    from ..methods import METHODS
+    from ..config import parse_sets, read_yaml
 
     console = Console()
     log = lambda s: console.print(s, highlight=False)  # noqa: E731
@@ -85,6 +83,38 @@ def ablate_cmd(
                  + ([f"train.steps={steps}"] if steps is not None else []))
     fixed = {**(read_yaml(config) if config else {}), **parse_sets(base_sets)}
     # 1. what is swept (cheap checks first: nothing heavy is imported before they pass)
+    methods, axes = _swept(method, beta, kappa, lam, grid, preset, fixed, log)
+    # 2. the base config and every cell's, before any model is loaded or rollout run
+    base = load_config(config, base_sets, seed=seed)
+    if preset is not None:
+        axes = AB.PRESETS.get(preset).axes(base) + axes
+        AB.check_sweep(methods, axes, fixed)
+    cells = AB.plan(methods, axes)
+    out = out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
+    from ..train.run_folder import check_output_dir
+    check_output_dir(out)                 # a file or an unwritable place: before any run
+    seed_list = [base.seed + i for i in range(seeds)]
+    sweep = AB.Sweep(out, cells, seed_list, str(config) if config else None, base_sets)
+    configs = [sweep.cell_config(c, seed_list[0]) for c in cells]   # a bad value: exit 2 here
+    for w in AB.warmup_warnings(configs):
+        log(f"[yellow]warning[/]: {w}")
+
+    def resume(tokens):                   # the command that continues this sweep
+        return _resume_command(methods, axes, preset, seeds, tokens, out, config, base_sets,
+                               seed, jobs)
+    # 3. the matched budget, the plan, the runs
+    res = _run(sweep, base, budget, axes, preset, configs, jobs, resume, log)
+    _report(sweep, res, console, log)
+
+
+def _swept(method, beta, kappa, lam, grid, preset, fixed: dict, log):
+    """The methods and the axes (`ablate.Axis`) a sweep's options name, checked: unknown keys,
+    methods and values, and a key swept twice, are one-line errors."""
+    from .. import ablate as AB
+    from ..config import RunConfig, _check_key
+    from ..errors import ConfigError
+    from ..methods import METHODS
+
     axes: list[AB.Axis] = []
     methods = None
     if preset is not None:
@@ -115,35 +145,34 @@ def ablate_cmd(
             log(f"[bold]agentrl ablate[/]: {why}")
     methods = methods or [str(fixed["method"])]
     AB.check_sweep(methods, axes, fixed)
-    # 2. the base config and every cell's, before any model is loaded or rollout run
-    base = load_config(config, base_sets, seed=seed)
-    if preset is not None:
-        axes = AB.PRESETS.get(preset).axes(base) + axes
-        AB.check_sweep(methods, axes, fixed)
-    cells = AB.plan(methods, axes)
-    out = out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
-    from ..train.run_folder import check_output_dir
-    check_output_dir(out)                 # a file or an unwritable place: before any run
-    seed_list = [base.seed + i for i in range(seeds)]
-    sweep = AB.Sweep(out, cells, seed_list, str(config) if config else None, base_sets)
-    configs = [sweep.cell_config(c, seed_list[0]) for c in cells]   # a bad value: exit 2 here
-    for w in AB.warmup_warnings(configs):
-        log(f"[yellow]warning[/]: {w}")
-    resume = _resume_command(methods, axes, preset, seeds, budget, out, config, base_sets, seed, jobs)
+    return methods, axes
+
+
+def _run(sweep, base, budget, axes, preset, configs, jobs: int, resume, log) -> dict:
+    """Measure (or take) the matched budget, record and print the plan, run every cell and seed.
+    Ctrl-C keeps the finished runs and prints the command that resumes (`resume(budget)`)."""
+    from .. import ablate as AB
+
+    command = resume(budget)
     try:
-        # 3. the matched budget, the plan, the runs
         timing: dict = {}
-        sweep.budget = AB.resolve_budget(out, base, budget, log, timing)
-        resume = _resume_command(methods, axes, preset, seeds, sweep.budget, out, config,
-                                 base_sets, seed, jobs)
+        sweep.budget = AB.resolve_budget(sweep.out, base, budget, log, timing)
+        command = resume(sweep.budget)
         AB.record(sweep, axes, preset)
         for line in AB.plan_lines(sweep, configs, timing.get("rollout_seconds"), jobs):
             log(line)
-        res = AB.run_sweep(sweep, jobs=jobs, log=log)
+        return AB.run_sweep(sweep, jobs=jobs, log=log)
     except KeyboardInterrupt:
         print(f"interrupted; finished runs are kept and a run with a checkpoint resumes. "
-              f"Resume with: {resume}", file=sys.stderr)
+              f"Resume with: {command}", file=sys.stderr)
         raise typer.Exit(130)
+
+
+def _report(sweep, res: dict, console: Console, log) -> None:
+    """The summary table and files; exit 1 when a run failed."""
+    from .. import ablate as AB
+
+    out = sweep.out
     summary = AB.collect(sweep)
     AB.write_results(summary, out)
     console.print(AB.summary_table(summary))

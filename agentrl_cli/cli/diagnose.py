@@ -109,29 +109,39 @@ def audit_tree_cmd(
             return SyntheticWorld.make(world_seed * 100_003 + s, tasks=tasks, grow=grow, **shape)
         title = f"synthetic audit tree (depth {depth}, branching {branching}, {tasks} tasks x {roots} roots)"
     else:
-        from ..diagnostics.audit_env import EnvWorld
-        from ..diagnostics.mc import load_checkpoint_policy
-
-        pol = load_checkpoint_policy(cfg, ckpt)
-        if critics is None and pol.critic is not None:
-            spec = dataclasses.replace(spec, critics=spec.critics + ("trained",))
-        if "trained" in spec.critics and pol.critic is None:
-            raise ConfigError(f"{ckpt} has no value head: drop 'trained' from --critics")
-        console.print(f"building the audit tree: {tasks} tasks x {roots} root episodes, {samples} "
-                      f"continuations per state ...", highlight=False)
-        world = EnvWorld(pol, tasks, roots, samples, seed=cfg.seed)
-        console.print(f"{world.n_states} audit states, {world.n_continuations} continuations",
-                      highlight=False)
-
-        def make_world(s):
-            return world
-        title = f"{cfg.env.name} audit tree ({ckpt.name}, {world.n_states} states)"
+        spec, make_world, title = _checkpoint_world(cfg, ckpt, spec, critics is None, tasks, roots,
+                                                    samples, console)
     res = run_audit(make_world, spec)
     for t in audit_tables(res, title):
         console.print(t)
     png = png or Path("audit_tree.png")
     plot_audit(res, png, title)
     _outputs(console, png, json_path, audit_json(res))
+
+
+def _checkpoint_world(cfg, ckpt: Path, spec, default_critics: bool, tasks: int, roots: int,
+                      samples: int, console: Console):
+    """The audit tree of a checkpoint's policy on the env -> (the audit spec, with the
+    checkpoint's own critic added when --critics was not given and it has one; the world
+    factory; the title)."""
+    from ..errors import ConfigError
+    from ..diagnostics.audit_env import EnvWorld
+    from ..diagnostics.mc import load_checkpoint_policy
+
+    pol = load_checkpoint_policy(cfg, ckpt)
+    if default_critics and pol.critic is not None:
+        spec = dataclasses.replace(spec, critics=spec.critics + ("trained",))
+    if "trained" in spec.critics and pol.critic is None:
+        raise ConfigError(f"{ckpt} has no value head: drop 'trained' from --critics")
+    console.print(f"building the audit tree: {tasks} tasks x {roots} root episodes, {samples} "
+                  f"continuations per state ...", highlight=False)
+    world = EnvWorld(pol, tasks, roots, samples, seed=cfg.seed)
+    console.print(f"{world.n_states} audit states, {world.n_continuations} continuations",
+                  highlight=False)
+
+    def make_world(s):
+        return world
+    return spec, make_world, f"{cfg.env.name} audit tree ({ckpt.name}, {world.n_states} states)"
 
 
 @app.command("critic-rank")
