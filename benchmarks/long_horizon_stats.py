@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from agentrl_cli.cli.options import load_config
-from agentrl_cli.engines.hf import ENGINES, SamplingParams
+from agentrl_cli.engines import ENGINES, SamplingParams
 from agentrl_cli.models.loading import tiny_recipe
 from agentrl_cli.train.tiny_build import load_policy
 from agentrl_cli.rollout.runner import run_episodes, run_expert

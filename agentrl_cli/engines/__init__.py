@@ -1,6 +1,10 @@
-"""Generation engines. `hf` is built in; `vllm` registers lazily (GPU, optional extra): naming it
-imports `engines/vllm.py`, which imports vLLM itself only when an engine is built."""
-from .hf import ENGINES, HFEngine, KVBatch, SamplingParams, sample
+"""Generation engines (the protocol: `engines/base.py`). Importing this package registers the
+built-ins: `hf`, and `vllm` lazily (GPU, optional extra): naming it imports `engines/vllm.py`,
+which imports vLLM itself only when an engine is built."""
+from .base import ENGINES, Engine, EngineBatch, ForkableBatch, SamplingParams
+from .hf import HFEngine, KVBatch, sample
+
+ENGINES.register("hf", HFEngine)
 
 
 def _vllm_engine():
@@ -15,17 +19,13 @@ ENGINES.register_lazy("vllm", _vllm_engine)
 def check_engine(name: str) -> None:
     """Fail fast (one-line ConfigError) when the named engine cannot run here, before any model
     is loaded: e.g. `vllm` without the vllm package or without CUDA."""
-    check = getattr(ENGINES.get(name), "check_available", None)
-    if check is not None:
-        check()
+    ENGINES.get(name).check_available()
 
 
-def build_engine(cfg, model, fmt):
-    """The configured engine for `model` (an engine with `from_config` gets the whole config)."""
-    cls = ENGINES.get(cfg.rollout.engine)
-    if hasattr(cls, "from_config"):
-        return cls.from_config(cfg, model, fmt)
-    return cls(model, fmt.pad_id, next(model.parameters()).device)
+def build_engine(cfg, model, fmt) -> Engine:
+    """The configured engine for `model` (`Engine.from_config`: the engine reads the whole
+    config it needs)."""
+    return ENGINES.get(cfg.rollout.engine).from_config(cfg, model, fmt)
 
 
 def sampling_params(cfg, greedy: bool = False) -> SamplingParams:
@@ -34,5 +34,5 @@ def sampling_params(cfg, greedy: bool = False) -> SamplingParams:
     return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, greedy=greedy)
 
 
-__all__ = ["ENGINES", "HFEngine", "KVBatch", "SamplingParams", "build_engine", "check_engine",
-           "sample", "sampling_params"]
+__all__ = ["ENGINES", "Engine", "EngineBatch", "ForkableBatch", "HFEngine", "KVBatch",
+           "SamplingParams", "build_engine", "check_engine", "sample", "sampling_params"]

@@ -23,20 +23,11 @@ replace a layer's tensors; the next forward adopts them into a fresh buffer.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from ..registry import Registry
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0      # logits are divided by it; log-probs are of that distribution
-    top_p: float = 1.0            # nucleus filter applied when sampling (log-probs ignore it)
-    max_new_tokens: int = 40      # most tokens in one assistant message
-    greedy: bool = False          # argmax instead of sampling
+from .base import Engine, SamplingParams
 
 
 @functools.lru_cache(maxsize=None)
@@ -480,10 +471,11 @@ class KVBatch:
         return [out_ids[r] for r in rows], [out_lp[r] for r in rows]
 
 
-class HFEngine:
+class HFEngine(Engine):
     """Wraps a policy model for the rollout runner (`new_batch` makes a KVBatch)."""
 
     name = "hf"
+    token_level = True
 
     def __init__(self, model, pad_id: int, device: torch.device | str = "cpu"):
         self.model = model
@@ -493,6 +485,10 @@ class HFEngine:
     def new_batch(self, n_rows: int) -> KVBatch:
         return KVBatch(self.model, n_rows, self.pad_id, self.device)
 
-
-ENGINES: Registry[type] = Registry("engine")
-ENGINES.register("hf", HFEngine)
+    def load_weights(self, weights) -> None:
+        """The trainer's model itself (an engine in the trainer's process shares it): nothing to
+        do; another module or a state dict (a rollout worker's copy): loaded into the model."""
+        if weights is self.model:
+            return
+        state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+        self.model.load_state_dict(state, strict=False)

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError
-from .hf import SamplingParams
+from .base import Engine, SamplingParams
 
 EXTRA_HINT = "install vLLM in its own environment (docs/scaling.md)"
 
@@ -76,7 +76,7 @@ class WorkerExtension:
         return len(named)
 
 
-class VLLMEngine:
+class VLLMEngine(Engine):
     """vLLM's offline `LLM` for the policy in `model`'s folder (see the module docstring)."""
 
     name = "vllm"
