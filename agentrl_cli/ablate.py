@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import itertools
 import json
 import math
@@ -44,6 +45,7 @@ from typing import Callable
 from .errors import ConfigError
 from .config import RunConfig
 from .registry import Registry
+from .train.run_folder import atomic_write_text
 from .train.setup import load_checked
 
 
@@ -379,26 +381,23 @@ def collect(sweep: Sweep) -> dict:
 
 def write_results(res: dict, out: Path) -> None:
     """summary.json, summary.csv, learning_curves.png, final_vs_param.png in `out`."""
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(res, indent=2))
-    tmp.replace(out / "summary.json")
+    atomic_write_text(out / "summary.json", json.dumps(res, indent=2))
     top = max((c["final_success_mean"] for c in res["cells"] if c["final_success_mean"] is not None),
               default=None)
     cols = ["cell", "method", *res["axes"], "seeds", "final_success_mean", "final_success_std",
             "tokens_mean", "tokens_std", "tokens_per_step_mean", "tokens_per_question_mean",
             "tokens_per_question_std", "base_success_mean", "best"]
-    tmp = out / "summary.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        for c in res["cells"]:
-            w.writerow([c["name"], c["method"], *[c["params"].get(a, "") for a in res["axes"]],
-                        len(c["seeds"]), c["final_success_mean"], c["final_success_std"],
-                        c["tokens_mean"], c["tokens_std"], c["tokens_per_step_mean"],
-                        c["tokens_per_question_mean"], c["tokens_per_question_std"],
-                        c["base_success_mean"],
-                        top is not None and c["final_success_mean"] == top])
-    tmp.replace(out / "summary.csv")
+    table = io.StringIO(newline="")
+    w = csv.writer(table)
+    w.writerow(cols)
+    for c in res["cells"]:
+        w.writerow([c["name"], c["method"], *[c["params"].get(a, "") for a in res["axes"]],
+                    len(c["seeds"]), c["final_success_mean"], c["final_success_std"],
+                    c["tokens_mean"], c["tokens_std"], c["tokens_per_step_mean"],
+                    c["tokens_per_question_mean"], c["tokens_per_question_std"],
+                    c["base_success_mean"],
+                    top is not None and c["final_success_mean"] == top])
+    atomic_write_text(out / "summary.csv", table.getvalue())
     plot_curves(res, out / "learning_curves.png")
     plot_final_vs_param(res, out / "final_vs_param.png")
 
@@ -487,9 +486,7 @@ def record(sweep: Sweep, axes: list[Axis], preset: str | None) -> None:
             "axes": {a.name: [{"label": l, "sets": list(s)} for l, s in a.values] for a in axes},
             "config": sweep.config_file, "sets": sweep.base_sets,
             "cells": [dataclasses.asdict(c) for c in sweep.cells]}
-    tmp = sweep.out / "ablation.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(sweep.out / "ablation.json")
+    atomic_write_text(sweep.out / "ablation.json", json.dumps(data, indent=2))
 
 
 def warmup_warnings(configs: list[RunConfig]) -> list[str]:

@@ -89,10 +89,10 @@ def eval_cmd(
     res["checkpoint"] = str(ckpt) if ckpt is not None else None
     Console().print(eval_table(res, f"{label} on {cfg.env.name} (held-out)"))
     if json_path is not None:
+        from ..train.run_folder import atomic_write_text
+
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = json_path.with_name(f".{json_path.name}.tmp")
-        tmp.write_text(json.dumps(res, indent=2))
-        tmp.replace(json_path)
+        atomic_write_text(json_path, json.dumps(res, indent=2))
 
 
 class _Progress:

@@ -17,11 +17,11 @@ def _fmt(x, nd: int = 3) -> str:
 
 
 def write_json(path: Path, data: dict) -> None:
+    from ..train.run_folder import atomic_write_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=lambda o: None))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=2, default=lambda o: None))
 
 
 def audit_json(res: dict) -> dict:
