@@ -134,3 +134,15 @@ def test_the_check_finds_a_cycle_and_an_upward_import(tmp_path):
     edges = import_edges(tmp_path)
     assert cycles(edges) == [["agentrl_cli.rollout.runner", "agentrl_cli.rollout.vine"]]
     assert upward(edges) == [("agentrl_cli.config", "agentrl_cli.rollout.runner")]
+
+
+def test_one_plotting_helper():
+    """Every figure goes through `reporting/plots.py`: no other module imports matplotlib."""
+    importers = set()
+    for m, f in modules(ROOT).items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "matplotlib" or n.startswith("matplotlib.") for n in names):
+                importers.add(m)
+    assert importers == {"agentrl_cli.reporting.plots"}
