@@ -37,16 +37,12 @@ def wrap_spec(spec, cfg):
 
 def make_spec(cfg):
     """The env spec of a `RunConfig`: the one place it is built (training, evaluation,
-    `agentrl rollout`, ablate and diagnostics call it). Every env factory receives the whole env
-    section (as the tiny model's builder does) and documents which options apply to it. Its
-    envs run under the configured context operator (`wrap_spec`; unchanged for `none`)."""
-    from ..envs import ENVS
+    `agentrl rollout`, ablate and diagnostics call it). The env's factory takes the options of
+    the env section it declares (`envs.base.make_env_spec`, as the tiny model's builder does).
+    Its envs run under the configured context operator (`wrap_spec`; unchanged for `none`)."""
+    from ..envs.base import make_env_spec
 
-    e = cfg.env
-    spec = ENVS.get(e.name)(seed=e.seed, min_hops=e.min_hops, max_hops=e.max_hops,
-                            max_turns=e.max_turns, n_entities=e.n_entities, n_train=e.n_train,
-                            n_eval=e.n_eval, relations=e.relations, repos=e.repos)
-    return wrap_spec(spec, cfg.context)
+    return wrap_spec(make_env_spec(cfg.env), cfg.context)
 
 
 __all__ = ["OPERATORS", "Compaction", "ContextEnv", "ContextOperator", "ContextSpec", "Workspace",

@@ -5,10 +5,13 @@ template and stores the exact token ids (token-in, token-out); see `rollout/`.
 """
 from __future__ import annotations
 
+import functools
 import random
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+from ..config import EnvConfig
+from ..errors import ConfigError
 from ..registry import Registry
 
 
@@ -66,5 +69,44 @@ class EnvSpec(Protocol):
         an imperfect demonstrator)."""
 
 
-# name -> callable(seed: int, **options) -> EnvSpec
+# name -> callable(seed: int, **options) -> EnvSpec, made by `env_factory`
 ENVS: Registry[Callable[..., EnvSpec]] = Registry("env")
+
+# the env section's options (`EnvConfig` but name and seed): `make_env_spec` hands a factory the
+# whole section, and each env takes the ones it declares (`env_factory`)
+SECTION_OPTIONS = tuple(f.name for f in fields(EnvConfig) if f.name not in ("name", "seed"))
+
+
+class EnvOptionError(ConfigError, TypeError):
+    """An option an env does not take: one line for the user (ConfigError), and the TypeError
+    Python raises for an unexpected keyword."""
+
+
+def env_factory(env: str, options: Sequence[str]):
+    """Declare the options (besides `seed`) of env `env`'s registry factory. The decorated
+    factory receives only those; the env section's other fields (`SECTION_OPTIONS`, options of
+    other envs) are dropped; any other keyword is a one-line `EnvOptionError` naming `env`'s
+    options. The declared options are the factory's `options` attribute."""
+    options = tuple(options)
+
+    def deco(fn: Callable[..., EnvSpec]) -> Callable[..., EnvSpec]:
+        @functools.wraps(fn)
+        def factory(seed: int = 0, **kw: Any) -> EnvSpec:
+            unknown = sorted(k for k in kw if k not in options and k not in SECTION_OPTIONS)
+            if unknown:
+                raise EnvOptionError(f"env '{env}' has no option '{unknown[0]}'; its options: "
+                                     f"{', '.join(options) or 'none'}")
+            return fn(seed, **{k: v for k, v in kw.items() if k in options})
+
+        factory.options = options
+        return factory
+
+    return deco
+
+
+def make_env_spec(section: EnvConfig, seed: int | None = None) -> EnvSpec:
+    """The spec of an env section (its world at `seed`, default the section's own): the one
+    place a spec is built from configuration (`context.make_spec`, the tiny build)."""
+    factory = ENVS.get(section.name)
+    return factory(seed=section.seed if seed is None else seed,
+                   **{k: getattr(section, k) for k in SECTION_OPTIONS})

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .base import ENVS, Task
+from .base import ENVS, Task, env_factory
 
 __all__ = ["Benchmark", "benchmarks_file", "data_root", "get_benchmark", "load_benchmarks",
            "load_qa_tasks", "real_benchmark_envs"]
@@ -235,7 +235,8 @@ def load_qa_tasks(b: Benchmark, split: str) -> list[Task]:
 def _factory(b: Benchmark):
     """Registry factory of a qa or none benchmark env (data is read when it is called)."""
 
-    def make(seed: int = 0, max_turns: int = 8, **_other: Any):
+    @env_factory(b.env, ("max_turns",))
+    def make(seed: int = 0, max_turns: int = 8):
         from .qa import QASpec
 
         b.check()

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .base import ENVS, StepResult, Task
+from .base import ENVS, StepResult, Task, env_factory
 
 __all__ = [
     "BFCL_VERSION",
@@ -602,14 +602,13 @@ def reference_check(entry: dict, decoded: list[list[list[str]]]) -> dict:
 
 def make_bfcl_spec(category: str):
     """Registry factory for one category. Options: max_turns (call messages allowed per user
-    turn; BFCL's limit is 20). Options of other envs that the generic loaders pass (min_hops,
-    n_entities, ...) do not apply to BFCL and are ignored."""
+    turn; BFCL's limit is 20)."""
 
-    def factory(seed: int = 0, max_turns: int = 20, **_other: Any) -> BfclSpec:
+    def factory(seed: int = 0, max_turns: int = 20) -> BfclSpec:
         return BfclSpec(category, seed=seed, max_turns=max_turns)
 
     factory.__doc__ = make_bfcl_spec.__doc__
-    return factory
+    return env_factory("bfcl-multi-turn-" + category.replace("_", "-"), ("max_turns",))(factory)
 
 
 for _cat in CATEGORIES:

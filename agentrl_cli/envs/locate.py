@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from .base import ENVS, Task
+from .base import ENVS, Task, env_factory
 from .calls import CallEnv
 
 __all__ = [
@@ -386,16 +386,14 @@ class LocateSpec:
         return _expert_action(env, rng, error_rate)
 
 
-def make_locate_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
-                     repos: str | None = None, **options: Any) -> LocateSpec:
+@env_factory("locate", ("n_files", "n_entities", "min_hops", "max_hops", "n_train", "n_eval",
+                         "max_turns", "repos"))
+def make_locate_spec(seed: int = 0, n_entities: int | None = None, **options: Any) -> LocateSpec:
     """Registry factory. Options: n_files (files per repository, 8-200; `n_entities`, the
     generic env-config size, is used when n_files is not given), min_hops, max_hops (functions
-    on the call chain, 1-5), n_train, n_eval, max_turns, repos ("per-task" | "shared").
-    `relations` (search only) is ignored."""
+    on the call chain, 1-5), n_train, n_eval, max_turns, repos ("per-task" | "shared")."""
     if n_entities is not None:
         options.setdefault("n_files", n_entities)
-    if repos is not None:
-        options["repos"] = repos
     return LocateSpec(seed, **options)
 
 

@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import ConfigError
-from .base import ENVS, Task
+from .base import ENVS, Task, env_factory
 from .calls import CallEnv, CallSpec
 
 __all__ = [
@@ -387,12 +387,10 @@ class MathSpec(CallSpec):
         return _expert_action(env, rng, error_rate)
 
 
-def make_math_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
-                   repos: str | None = None, **options: Any) -> MathSpec:
+@env_factory("math", ("min_hops", "max_hops", "n_train", "n_eval", "max_turns"))
+def make_math_spec(seed: int = 0, **options: Any) -> MathSpec:
     """Registry factory. Options: min_hops, max_hops (arithmetic operations per problem, 1-5),
-    n_train, n_eval, max_turns. `n_entities`, `relations` and `repos` (world options of search
-    and locate, passed by callers that forward the whole env config) do not apply and are
-    ignored."""
+    n_train, n_eval, max_turns."""
     return MathSpec(seed, **options)
 
 

@@ -27,7 +27,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ENVS, Task
+from .base import ENVS, Task, env_factory
 from .calls import CallEnv, CallSpec
 from .mathword import CalcError, calculate, check_answer, format_number
 
@@ -322,12 +322,10 @@ class RulesSpec(CallSpec):
         return _expert_action(env, rng, error_rate)
 
 
-def make_rules_spec(seed: int = 0, n_entities: int | None = None, relations: str | None = None,
-                    repos: str | None = None, **options: Any) -> RulesSpec:
+@env_factory("rules", ("min_hops", "max_hops", "n_train", "n_eval", "max_turns"))
+def make_rules_spec(seed: int = 0, **options: Any) -> RulesSpec:
     """Registry factory. Options: min_hops, max_hops (rules a question needs, 1-4), n_train,
-    n_eval, max_turns. `n_entities`, `relations` and `repos` (world options of search and
-    locate, passed by callers that forward the whole env config) do not apply and are
-    ignored."""
+    n_eval, max_turns."""
     return RulesSpec(seed, **options)
 
 

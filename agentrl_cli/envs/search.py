@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from .base import ENVS, Task
+from .base import ENVS, Task, env_factory
 from .calls import CallEnv
 
 __all__ = [
@@ -446,10 +446,11 @@ class SearchSpec:
         return _expert_action(env, rng, error_rate)
 
 
-def make_search_spec(seed: int = 0, repos: str | None = None, **options: Any) -> SearchSpec:
+@env_factory("search", ("n_entities", "min_hops", "max_hops", "n_train", "n_eval", "max_turns",
+                         "relations"))
+def make_search_spec(seed: int = 0, **options: Any) -> SearchSpec:
     """Registry factory. Options: n_entities, min_hops, max_hops, n_train, n_eval, max_turns,
-    relations ("full" | "single"). `repos` (locate's option, passed by callers that forward the
-    whole env config) does not apply and is ignored."""
+    relations ("full" | "single")."""
     return SearchSpec(seed, **options)
 
 

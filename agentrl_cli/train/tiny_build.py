@@ -125,14 +125,9 @@ def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
 # ------------------------------------------------------------------------------ building
 def recipe_spec(recipe: TinyRecipe, seed: int | None = None):
     """The env spec the recipe warms up on (its world at `seed`, default the env's own)."""
-    from ..envs import ENVS
+    from ..envs.base import make_env_spec
 
-    e = recipe.env
-    return ENVS.get(e.name)(seed=e.seed if seed is None else seed, min_hops=e.min_hops,
-                            max_hops=e.max_hops, max_turns=e.max_turns,
-                            n_entities=e.n_entities, n_train=e.n_train,
-                            n_eval=e.n_eval, relations=e.relations,
-                            repos=e.repos)
+    return make_env_spec(recipe.env, seed)
 
 
 def _transcript_weights(batch, attn: torch.Tensor, obs_weight: float) -> torch.Tensor:
