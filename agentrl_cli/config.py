@@ -202,6 +202,8 @@ class TrainConfig:
     """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
     logprob_chunk: int = 512
     """Tokens per log-prob chunk: logits exist for one chunk at a time and are recomputed in backward (0: whole sequence at once)."""
+    pack: bool = False
+    """Packed forward passes: a micro-batch's episodes run as one row without padding (position ids restart per episode, attention stays within each episode), train.max_tokens_per_microbatch then counts real tokens; false: right-padded rows of similar length. Needs sdpa or sink_sdpa attention without activation checkpointing (otherwise, and for episodes with context resets, the padded pass runs)."""
     eval_every: int = 10
     """Evaluate on held-out tasks every N steps (0: only at the start and the end)."""
     eval_tasks: int = 60

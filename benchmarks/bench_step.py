@@ -17,13 +17,14 @@ Peak RSS per phase: the kernel's high-water mark (`VmHWM`) is reset (`/proc/self
 (imports, model, engine). The process peak is the largest of them.
 
     python benchmarks/bench_step.py [--method grpo] [--steps 3] [--threads 1] [--rounds 1]
-                                    [--against REV] [--set key=value ...]
+                                    [--against REV] [--arm NAME:key=value,...] [--set key=value]
 
 `--against REV` checks REV out as a git worktree under /tmp, runs the same measurement there
 (a child process with `PYTHONPATH` at the worktree), alternating with the current tree
 `--rounds` times, and prints current / REV ratios and the largest difference between the two
 runs' metrics.jsonl (same seed: the same run up to float noise, unless a change is meant to
-alter it). CPU times are the process's (`time.process_time`, all threads); with `--threads 1`
+alter it). `--arm NAME:train.pack=true` adds the current tree with more overrides as another
+arm (ratios against REV, or against the plain current tree without `--against`). CPU times are the process's (`time.process_time`, all threads); with `--threads 1`
 they do not depend on the machine's other load as much as wall times do.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("load", "rollout", "scoring", "update", "eval", "other")
-SKIP_METRICS = ("time/", "tokens/s")          # wall clocks: never equal between two runs
+SKIP_METRICS = ("time/", "tokens/s", "focus/bookkeeping_seconds")   # wall clocks
 
 
 # ------------------------------------------------------------------------------ child
@@ -165,13 +166,13 @@ def child(args) -> None:
 
 
 # ------------------------------------------------------------------------------ parent
-def measure(tree: Path, args, tmp: Path, tag: str) -> dict:
+def measure(tree: Path, sets: list[str], args, tmp: Path, tag: str) -> dict:
     dest = tmp / f"{tag}.json"
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads),
            "MKL_NUM_THREADS": str(args.threads)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(dest), "--tree", str(tree),
            "--out", str(tmp / f"run-{tag}"), "--method", args.method, "--steps", str(args.steps),
-           "--threads", str(args.threads)] + [x for s in args.set for x in ("--set", s)]
+           "--threads", str(args.threads)] + [x for s in sets for x in ("--set", s)]
     subprocess.run(cmd, env=env, check=True, cwd=tmp)
     return json.loads(dest.read_text())
 
@@ -244,6 +245,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1, help="alternating runs per tree")
     ap.add_argument("--against", default="", help="a git revision to run side by side")
+    ap.add_argument("--arm", action="append", default=[],
+                    help="NAME:key=value,key=value: the current tree with these overrides too, "
+                         "as another arm (repeatable)")
     ap.add_argument("--keep-worktree", action="store_true")
     ap.add_argument("--set", action="append", default=[], help="a config override (repeatable)")
     ap.add_argument("--json", default="", help="write every run's numbers here")
@@ -254,32 +258,40 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    trees = {"current": ROOT}
+    # arms: (tree, config overrides); ratios are of every other arm to the reference arm
+    arms = {"current": (ROOT, args.set)}
+    for spec in args.arm:
+        name, _, sets = spec.partition(":")
+        arms[name] = (ROOT, args.set + [x for x in sets.split(",") if x])
     if args.against:
-        trees[args.against] = worktree(args.against)
-    runs: dict[str, list[dict]] = {k: [] for k in trees}
+        arms[args.against] = (worktree(args.against), args.set)
+    ref = args.against or "current"
+    runs: dict[str, list[dict]] = {k: [] for k in arms}
     print(f"bench_step: agentrl train --method {args.method} --set train.steps={args.steps} "
           + " ".join(f"--set {s}" for s in args.set) + f" ({args.threads} thread(s))")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
             for r in range(args.rounds):
-                names = list(trees) if r % 2 == 0 else list(trees)[::-1]
+                names = list(arms) if r % 2 == 0 else list(arms)[::-1]
                 for name in names:
-                    runs[name].append(measure(trees[name], args, Path(tmp), f"{name}-{r}"))
+                    tree, sets = arms[name]
+                    runs[name].append(measure(tree, sets, args, Path(tmp), f"{name}-{r}"))
     finally:
         if args.against and not args.keep_worktree:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(trees[args.against])], capture_output=True)
+                            str(arms[args.against][0])], capture_output=True)
     med = {name: report(name, rs) for name, rs in runs.items()}
-    if args.against:
-        cur, old = med["current"], med[args.against]
-        print(f"\ncurrent / {args.against}:")
+    for name in arms:
+        if name == ref:
+            continue
+        cur, old = med[name], med[ref]
+        print(f"\n{name} / {ref}:")
         for ph in PHASES:
             print(f"  {ph:<8} CPU {cur[ph]['cpu'] / max(old[ph]['cpu'], 1e-9):.2f}x   "
                   f"peak RSS {cur[ph]['peak_mb'] / max(old[ph]['peak_mb'], 1e-9):.2f}x")
         for k in cur["derived"]:
             print(f"  {k}: {cur['derived'][k] / max(old['derived'][k], 1e-9):.2f}x")
-        d, where = metric_diff(runs["current"][0]["metrics"], runs[args.against][0]["metrics"])
+        d, where = metric_diff(runs[name][0]["metrics"], runs[ref][0]["metrics"])
         print(f"  metrics.jsonl, largest difference: {d:.3g} ({where})")
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))

@@ -1,8 +1,13 @@
-"""Batched forward passes over stored episodes: padding, per-token log-probs, values.
+"""Batched forward passes over stored episodes: padding, packing, per-token log-probs, values.
 
-Log-probs are computed from the backbone's hidden states in sequence chunks, recomputed in
+Log-probs are computed from the backbone's hidden states in chunks of tokens, recomputed in
 backward, so the full `tokens x vocabulary` logits never exist at once, not even as tensors
 saved for backward (the memory-lean step).
+
+Packing (`pack_rows`, `packed_hidden_states`): the episodes of a right-padded micro-batch are
+concatenated into one row without padding; position ids restart at every episode and attention
+runs episode by episode (the model's own attention function on each episode's slice, causal),
+so no token sees another episode and no `tokens x tokens` mask is built.
 """
 from __future__ import annotations
 
@@ -104,28 +109,187 @@ def hidden_states(model, ids: torch.Tensor, attn: torch.Tensor,
     return out.last_hidden_state
 
 
+# ------------------------------------------------------------------------------ packing
+PACKED_ATTENTION = "agentrl_packed"
+PACKABLE_ATTENTION = ("sdpa", "sink_fused")   # causal on their own when given no mask
+
+
+def pack_rows(ids: torch.Tensor, attn: torch.Tensor):
+    """A right-padded batch as one row: (ids [1, T], position ids [1, T], bounds), T the real
+    tokens, position ids restarting at 0 for every row, bounds[i] = (start, end) of row i."""
+    keep = attn.bool()
+    flat = ids[keep][None]
+    pos = (attn.long().cumsum(1) - 1)[keep][None]
+    bounds, start = [], 0
+    for n in attn.sum(1).tolist():
+        bounds.append((start, start + int(n)))
+        start += int(n)
+    return flat, pos, bounds
+
+
+def unpack_next(x: torch.Tensor, attn: torch.Tensor, bounds) -> torch.Tensor:
+    """Per-position outputs of a packed row that concern the NEXT token ([T - 1] or [T - 1, ...]:
+    entry t is about token t + 1, as `logprobs_from_hidden` and values give them) back to the
+    padded layout [B, L(, ...)] (entry [i, j] about token j of row i; 0 at j = 0 and on padding).
+    Entries that cross from one row into the next are dropped."""
+    keep = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
+    ends = torch.tensor([e - 1 for _, e in bounds[:-1]], dtype=torch.long, device=x.device)
+    keep[ends] = False
+    where = attn.bool().clone()
+    where[:, 0] = False
+    out = x.new_zeros(*attn.shape, *x.shape[1:])
+    return out.masked_scatter(where.view(*where.shape, *([1] * (x.dim() - 1))).expand_as(out),
+                              x[keep])
+
+
+def _packed_attention(module, query, key, value, attention_mask, packed_bounds=(),
+                      packed_base=None, **kwargs):
+    """The model's own attention (`packed_base`) on each packed episode's slice, with no mask
+    (causal); outputs [1, T, H, D] as transformers' attention functions give them."""
+    parts = [packed_base(module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None,
+                         **kwargs)[0] for s, e in packed_bounds]
+    return torch.cat(parts, dim=1), None
+
+
+def _no_mask(*args, **kwargs):
+    return None
+
+
+_registered = []
+
+
+def _register_packed() -> None:
+    if not _registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+
+        AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+        AttentionMaskInterface.register(PACKED_ATTENTION, _no_mask)
+        _registered.append(True)
+
+
+def can_pack(model) -> bool:
+    """Whether `packed_hidden_states` runs for this model: attention that is causal without a
+    mask, and no activation checkpointing (its recomputation in backward would look the
+    attention function up again, after the packed one is gone)."""
+    impl = getattr(backbone(model).config, "_attn_implementation", None)
+    name = ("is_activation_checkpointing" if hasattr(model, "is_activation_checkpointing")
+            else "is_gradient_checkpointing")    # the attribute's name before transformers 5.2x
+    checkpointed = bool(getattr(model, name, False))
+    return impl in PACKABLE_ATTENTION and not checkpointed
+
+
+def packed_hidden_states(model, flat: torch.Tensor, pos: torch.Tensor, bounds) -> torch.Tensor:
+    """Last hidden states [1, T, H] of a packed row (`pack_rows`): each episode attends only
+    to itself, at its own positions, exactly as in a padded batch."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    _register_packed()
+    dec = backbone(model)
+    cfg = dec.config
+    name = cfg._attn_implementation
+    if name not in PACKABLE_ATTENTION:
+        raise ValueError(f"packed forward passes need {' or '.join(PACKABLE_ATTENTION)} "
+                         f"attention, not '{name}'")
+    base = ALL_ATTENTION_FUNCTIONS[name]
+    cfg._attn_implementation = PACKED_ATTENTION
+    try:
+        out = dec(input_ids=flat, position_ids=pos, use_cache=False, packed_bounds=bounds,
+                  packed_base=base)
+    finally:
+        cfg._attn_implementation = name
+    return out.last_hidden_state
+
+
 def _piece_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
     logits = head(hidden).float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
+def _head_logits(h, weight, bias, temperature: float) -> torch.Tensor:
+    logits = torch.nn.functional.linear(h, weight, bias).float()
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    """log softmax(h W^T + b) / T at `targets`, over [N, H] hidden states in chunks of `chunk`
+    tokens. Forward keeps one [chunk, V] logits block at a time and saves only the log-sum-exp
+    per token; backward recomputes each block and forms the logits' gradient in place,
+    `(onehot(target) - softmax) * g / T`: one [chunk, V] tensor, where autograd through
+    `log_softmax` + `gather` makes four (the division, the log-softmax output, the gather's
+    zero-filled gradient, the log-softmax gradient)."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, temperature: float, chunk: int):
+        N = h.shape[0]
+        out = torch.empty(N, dtype=torch.float32, device=h.device)
+        lse = torch.empty(N, dtype=torch.float32, device=h.device)
+        for s in range(0, N, chunk):
+            logits = _head_logits(h[s:s + chunk], weight, bias, temperature)
+            lse[s:s + chunk] = torch.logsumexp(logits, dim=-1)
+            out[s:s + chunk] = logits.gather(-1, targets[s:s + chunk, None]).squeeze(-1)
+        out.sub_(lse)
+        # the weights are read again in backward from ctx, not saved as tensors: they are the
+        # model's parameters (no copy to keep), and an optimiser step never runs in between
+        ctx.save_for_backward(h, targets, lse)
+        ctx.weight, ctx.bias, ctx.temperature, ctx.chunk = weight, bias, temperature, chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, targets, lse = ctx.saved_tensors
+        weight, bias, temperature, chunk = ctx.weight, ctx.bias, ctx.temperature, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        gh = torch.empty_like(h) if need_h else None
+        gw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if need_w else None
+        gb = (torch.zeros(bias.shape, dtype=torch.float32, device=h.device)
+              if need_b and bias is not None else None)
+        grad = grad.float()
+        for s in range(0, h.shape[0], chunk):
+            g = grad[s:s + chunk, None]
+            d = _head_logits(h[s:s + chunk], weight, bias, temperature)
+            d.sub_(lse[s:s + chunk, None]).exp_().mul_(-g)             # -softmax * g
+            d.scatter_add_(1, targets[s:s + chunk, None], g)           # + onehot * g
+            if temperature != 1.0:
+                d.div_(temperature)
+            d = d.to(h.dtype)
+            if need_h:
+                gh[s:s + chunk] = d @ weight
+            if need_w:
+                gw.addmm_(d.t().float(), h[s:s + chunk].float())
+            if gb is not None:
+                gb += d.float().sum(0)
+        return (gh, gw.to(weight.dtype) if gw is not None else None,
+                gb.to(bias.dtype) if gb is not None else None, None, None, None)
 
 
 def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
                          chunk: int = 512) -> torch.Tensor:
     """log p(ids[:, t+1] | prefix) for t < L-1 -> [B, L-1].
 
-    With `chunk` > 0 the logits exist for `chunk` positions at a time, and under autograd each
-    chunk is recomputed in backward (checkpointed), so only the hidden states are kept: the
-    extra memory is B x chunk x vocab instead of B x L x vocab, for one more LM-head matmul.
+    With `chunk` > 0 the logits exist for `chunk` tokens at a time (counted over all rows), and
+    under autograd each chunk is recomputed in backward, so only the hidden states are kept: the
+    extra memory is chunk x vocab instead of B x L x vocab, for one more LM-head matmul.
     `chunk=0` computes the whole sequence at once (the plain reference).
     """
     head = model.get_output_embeddings()
+    if not chunk or hidden.shape[1] < 2:
+        return _piece_logprobs(head, hidden[:, :-1], ids[:, 1:], temperature)
+    B, L, H = hidden.shape
+    if isinstance(head, torch.nn.Linear):
+        # every position of the [B, L] grid (the last one's target is a dummy): a view of the
+        # hidden states, never a copy of them
+        targets = torch.cat([ids[:, 1:], ids[:, :1]], dim=1).reshape(-1)
+        flat = hidden.reshape(B * L, H)
+        lp = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
+                                 max(1, int(chunk)))
+        return lp.view(B, L)[:, :-1]
     h, targets = hidden[:, :-1], ids[:, 1:]
-    if not chunk or targets.shape[1] == 0:
-        return _piece_logprobs(head, h, targets, temperature)
     recompute = torch.is_grad_enabled()
+    step = max(1, int(chunk) // B)         # positions per chunk: about `chunk` tokens
     parts = []
-    for s in range(0, targets.shape[1], chunk):
-        args = (head, h[:, s:s + chunk], targets[:, s:s + chunk], temperature)
+    for s in range(0, targets.shape[1], step):
+        args = (head, h[:, s:s + step], targets[:, s:s + step], temperature)
         parts.append(checkpoint(_piece_logprobs, *args, use_reentrant=False) if recompute
                      else _piece_logprobs(*args))
     return torch.cat(parts, dim=1)

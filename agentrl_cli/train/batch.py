@@ -11,8 +11,9 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from ..context.windows import window_index
-from ..models.critic import critic_hidden
-from ..models.sequences import hidden_states, logprobs_from_hidden, pad_episodes, pad_field
+from ..models.critic import critic_hidden, is_separate
+from ..models.sequences import (can_pack, hidden_states, logprobs_from_hidden, pack_rows,
+                                packed_hidden_states, pad_episodes, pad_field, unpack_next)
 from ..types import Episode
 
 
@@ -75,8 +76,10 @@ def collate(episodes: list[Episode], pad_id: int) -> Batch:
     )
 
 
-def microbatches(batch: Batch, max_tokens: int) -> list[list[int]]:
-    """Pack rows into micro-batches whose padded size (rows x longest) stays within `max_tokens`.
+def microbatches(batch: Batch, max_tokens: int, packed: bool = False) -> list[list[int]]:
+    """Pack rows into micro-batches whose padded size (rows x longest) stays within `max_tokens`,
+    or with `packed` whose real tokens (the sum of the rows' lengths: a packed forward, see
+    `forward`) do.
 
     Rows are packed longest first, so episodes of similar length share a micro-batch and little
     padding is computed; a row longer than the budget gets a micro-batch of its own. Gradients
@@ -87,11 +90,17 @@ def microbatches(batch: Batch, max_tokens: int) -> list[list[int]]:
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep row order
     groups: list[list[int]] = []
     cur: list[int] = []
+    used = 0
     for i in order:
-        if cur and lengths[cur[0]] * (len(cur) + 1) > max_tokens:  # cur[0] is its longest row
+        if packed:
+            size = used + lengths[i]
+        else:                                         # cur[0] is its longest row
+            size = lengths[cur[0]] * (len(cur) + 1) if cur else 0
+        if cur and size > max_tokens:
             groups.append(cur)
-            cur = []
+            cur, used = [], 0
         cur.append(i)
+        used += lengths[i]
     if cur:
         groups.append(cur)
     return groups
@@ -107,14 +116,19 @@ def trim(batch: Batch) -> Batch:
     return Batch(**kw)
 
 
-def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512):
+def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512, pack: bool = False):
     """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0).
 
     `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence).
+    `pack`: run the micro-batch packed into one row without padding (`models.sequences`), when
+    the models allow it (`can_pack`) and no episode's context was reset; the outputs are the
+    padded forward's (0 on padding) in the same [b, L] layout.
     The inputs go to the model's device; the outputs stay there."""
     dev = next(model.parameters()).device
     ids = mb.input_ids.to(dev)
     window = mb.window_index.to(dev) if mb.window_index is not None else None
+    if pack and _packable(model, critic, window):
+        return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), temperature, chunk)
     h = hidden_states(model, ids, mb.attention_mask.to(dev), window)
     lp = logprobs_from_hidden(model, h, ids, temperature, chunk)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
@@ -124,3 +138,20 @@ def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512):
         v = critic(hv[:, :-1].float()).squeeze(-1)
         values = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
     return lp, values
+
+
+def _packable(model, critic, window) -> bool:
+    if window is not None and bool((window > 0).any()):
+        return False
+    return can_pack(model) and (not is_separate(critic) or can_pack(critic.model))
+
+
+def _packed_forward(model, critic, ids, attn, temperature: float, chunk: int):
+    flat, pos, bounds = pack_rows(ids, attn)
+    h = packed_hidden_states(model, flat, pos, bounds)               # [1, T, H]
+    lp = logprobs_from_hidden(model, h, flat, temperature, chunk)[0]  # [T - 1]
+    values = None
+    if critic is not None:
+        hv = packed_hidden_states(critic.model, flat, pos, bounds) if is_separate(critic) else h
+        values = unpack_next(critic(hv[0, :-1].float()).squeeze(-1), attn, bounds)
+    return unpack_next(lp, attn, bounds), values

@@ -28,6 +28,7 @@ from ..evaluation.runner import evaluate
 from ..methods import METHODS
 from ..models.critic import build_critic, critic_config, critic_mode, is_separate, load_head_state
 from ..models.loading import load_critic_model
+from ..models.sequences import can_pack
 from ..models.tiny import VALUE_HEAD
 from ..reporting.metrics import MetricsLog, plot_learning_curve
 from ..rollout.controllers import RolloutContext
@@ -126,6 +127,11 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
     return Learner(model, critic, reference, opt, params, comm)
 
 
+def packs(learner: Learner, cfg: RunConfig) -> bool:
+    """Whether micro-batches run packed (`train.pack` and a model that allows it)."""
+    return cfg.train.pack and can_pack(learner.model)
+
+
 @torch.no_grad()
 def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
     """Fill old log-probs, old values and reference log-probs (before the update)."""
@@ -135,19 +141,26 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
     ref = torch.zeros(B, L) if learner.reference is not None else None
     learner.model.eval()
     critic_mode(learner.critic, False)
-    for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch):
+    pack = packs(learner, cfg)
+    for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch, pack):
         mb = trim(batch.select(rows))
         w = mb.input_ids.shape[1]
         lp, v = forward(learner.model, learner.critic, mb, cfg.rollout.temperature,
-                        cfg.train.logprob_chunk)
+                        cfg.train.logprob_chunk, pack)
         old[rows, :w] = lp.float().cpu()
         if vals is not None:
             vals[rows, :w] = v.float().cpu()
         if ref is not None:
             rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature,
-                             cfg.train.logprob_chunk)
+                             cfg.train.logprob_chunk, pack)
             ref[rows, :w] = rlp.float().cpu()
     batch.old_logprobs, batch.old_values, batch.ref_logprobs = old, vals, ref
+
+
+def _rows(mask: torch.Tensor, agg: str) -> float:
+    """Rows a per-row aggregation divides by: those with a policy token for seq-mean (rows
+    without one are left out of its mean, `losses.aggregate`), every row for token-sum-norm."""
+    return float((mask.sum(1) > 0).sum()) if agg == "seq-mean" else float(mask.shape[0])
 
 
 def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
@@ -161,6 +174,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
     # loss, the KL term and the backbone's share of the critic gradient are all dropped
     critic_only = learner.critic is not None and step <= tr.critic_warmup
+    pack = packs(learner, cfg)
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -174,18 +188,18 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
             n_tok, n_val, n_rows = learner.comm.all_sum([
                 float(mbatch.response_mask.sum()),
                 float(mbatch.value_mask.sum()) if mbatch.value_mask is not None else 1.0,
-                float(len(rows))])
-            n_tok, n_val = max(n_tok, 1.0), max(n_val, 1.0)
+                _rows(mbatch.response_mask, algo.agg)])
+            n_tok, n_val, n_rows = max(n_tok, 1.0), max(n_val, 1.0), max(n_rows, 1.0)
             learner.optimizer.zero_grad(set_to_none=True)
             stats: dict[str, float] = {}
-            for micro in microbatches(mbatch, tr.max_tokens_per_microbatch):
+            for micro in microbatches(mbatch, tr.max_tokens_per_microbatch, pack):
                 m = trim(mbatch.select(micro)).to(device)
                 # token-mean: micro-batch mean x its share of tokens = the minibatch token mean;
                 # seq-mean, token-sum-norm: per-row terms, so the micro-batch's share of rows
                 weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
-                          else len(micro) / n_rows)
+                          else _rows(m.response_mask, algo.agg) / n_rows)
                 lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
-                                     tr.logprob_chunk)
+                                     tr.logprob_chunk, pack)
                 loss, st = policy_loss(lp, m, algo)
                 total = loss.detach() * 0.0 if critic_only else loss * weight
                 if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
