@@ -2,9 +2,9 @@
 
 The unit of work is a *path*: one episode generated from a start state (a task's prompt, or a
 FOCUS node's context and env snapshot) until it ends. An executor runs many paths at once on its
-own engine and environments and reports events on the virtual clock (see `rollout/workers.py`
-for the clock and the scheduler that consumes them). `HFPathExecutor`
-runs on the hf engine's KV batch; a turn-level engine (vLLM) gets `rollout.vllm_paths`.
+own engine and environments and reports events on the virtual clock (see `rollout.scheduler`
+for the clock and the scheduler that consumes them). `HFPathExecutor` runs on the hf engine's
+KV batch; a turn-level engine (vLLM) gets `rollout.vllm_paths` (`pools.make_executor` picks).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paths on the vLLM engine for the path scheduler (`rollout/workers.py`): the engine generates
+"""Paths on the vLLM engine for the path scheduler (`rollout/scheduler.py`): the engine generates
 tokens; driving it one request per turn (continuous batching) is rollout's business, so it
 lives here, not in `engines/`."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .executors import PathExecutor, Report
 class VLLMPathExecutor(PathExecutor):
     """Paths on vLLM for the path scheduler: one request per turn, submitted when the path's
     previous turn has finished and its env stepped. A path's token k gets virtual tick
-    start_tick + k - 1 (see `rollout/workers.py`); progress is read from the engine's
+    start_tick + k - 1 (see `rollout/scheduler.py`); progress is read from the engine's
     cumulative outputs after every engine step."""
 
     def __init__(self, engine: VLLMEngine, fmt, spec, params, max_tokens):
