@@ -202,6 +202,10 @@ class TrainConfig:
     """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
     logprob_chunk: int = 512
     """Tokens per log-prob chunk: logits exist for one chunk at a time and are recomputed in backward (0: whole sequence at once)."""
+    old_logprobs: str = "auto"
+    """Where a single-pass update (train.ppo_epochs=1, train.minibatches=1: the on-policy default) takes its old log-probs, with no scoring forward: engine (the rollout engine's, for each micro-batch whose mean |engine - trainer| gap over policy tokens, measured in the update's own forward at the rollout's weights, is within train.logprob_tolerance; the trainer's own log-probs from that forward otherwise) | score (a scoring forward before the update, as every multi-pass update does) | auto (engine with the hf engine, score with any other). Metric old_logprobs/engine: the share of policy tokens whose old log-probs were the engine's."""
+    logprob_tolerance: float = 1e-3
+    """train.old_logprobs=engine: the largest mean |engine - trainer| log-prob gap over a micro-batch's policy tokens at which the engine's log-probs are the old ones."""
     pack: bool = False
     """Packed forward passes: a micro-batch's episodes run as one row without padding (position ids restart per episode, attention stays within each episode), train.max_tokens_per_microbatch then counts real tokens; false: right-padded rows of similar length. Needs sdpa or sink_sdpa attention without activation checkpointing (otherwise, and for episodes with context resets, the padded pass runs)."""
     eval_every: int = 10
@@ -269,7 +273,7 @@ _NON_NEGATIVE = {
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps", "algo.agg_norm",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
-    "train.logprob_chunk", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
+    "train.logprob_chunk", "train.logprob_tolerance", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
     "train.critic_warmup",
 }
 # Upper bounds on sizes that can only be mistakes (`--set rollout.group_size=1e9` would fail
@@ -303,6 +307,7 @@ _CHOICES = {
     "algo.focus_evidence": ("own", "subtree"),
     "algo.focus_norm": ("tree", "none"),
     "algo.focus_critic_targets": ("nodes", "tokens"),
+    "train.old_logprobs": ("auto", "engine", "score"),
 }
 
 

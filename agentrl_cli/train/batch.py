@@ -116,22 +116,28 @@ def trim(batch: Batch) -> Batch:
     return Batch(**kw)
 
 
-def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512, pack: bool = False):
-    """-> (logprobs [b, L], values [b, L] or None) aligned with input_ids (position 0 = 0).
+def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512, pack: bool = False,
+            logprobs: bool = True):
+    """-> (logprobs [b, L] or None, values [b, L] or None) aligned with input_ids (position 0 = 0).
 
     `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence).
     `pack`: run the micro-batch packed into one row without padding (`models.sequences`), when
     the models allow it (`can_pack`) and no episode's context was reset; the outputs are the
     padded forward's (0 on padding) in the same [b, L] layout.
+    `logprobs=False`: values only (no LM head; with a separate critic, no policy forward).
     The inputs go to the model's device; the outputs stay there."""
     dev = next(model.parameters()).device
     ids = mb.input_ids.to(dev)
     window = mb.window_index.to(dev) if mb.window_index is not None else None
     if pack and _packable(model, critic, window):
-        return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), temperature, chunk)
-    h = hidden_states(model, ids, mb.attention_mask.to(dev), window)
-    lp = logprobs_from_hidden(model, h, ids, temperature, chunk)
-    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+        return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), temperature, chunk,
+                               logprobs)
+    need_h = logprobs or (critic is not None and not is_separate(critic))
+    h = hidden_states(model, ids, mb.attention_mask.to(dev), window) if need_h else None
+    lp = None
+    if logprobs:
+        lp = logprobs_from_hidden(model, h, ids, temperature, chunk)
+        lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None
     if critic is not None:
         hv = critic_hidden(critic, h, ids, mb.attention_mask.to(dev), window)
@@ -146,12 +152,15 @@ def _packable(model, critic, window) -> bool:
     return can_pack(model) and (not is_separate(critic) or can_pack(critic.model))
 
 
-def _packed_forward(model, critic, ids, attn, temperature: float, chunk: int):
+def _packed_forward(model, critic, ids, attn, temperature: float, chunk: int, logprobs: bool):
     flat, pos, bounds = pack_rows(ids, attn)
-    h = packed_hidden_states(model, flat, pos, bounds)               # [1, T, H]
-    lp = logprobs_from_hidden(model, h, flat, temperature, chunk)[0]  # [T - 1]
-    values = None
+    separate = is_separate(critic)
+    need_h = logprobs or (critic is not None and not separate)
+    h = packed_hidden_states(model, flat, pos, bounds) if need_h else None     # [1, T, H]
+    lp = values = None
+    if logprobs:
+        lp = unpack_next(logprobs_from_hidden(model, h, flat, temperature, chunk)[0], attn, bounds)
     if critic is not None:
-        hv = packed_hidden_states(critic.model, flat, pos, bounds) if is_separate(critic) else h
+        hv = packed_hidden_states(critic.model, flat, pos, bounds) if separate else h
         values = unpack_next(critic(hv[0, :-1].float()).squeeze(-1), attn, bounds)
-    return unpack_next(lp, attn, bounds), values
+    return lp, values

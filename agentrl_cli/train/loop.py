@@ -132,29 +132,69 @@ def packs(learner: Learner, cfg: RunConfig) -> bool:
     return cfg.train.pack and can_pack(learner.model)
 
 
+# estimators that never read the critic's per-token values (`batch.old_values`): FOCUS reads
+# its critic inside the trees (`batch.extras`), so its scoring pass has no values to compute
+VALUE_FREE_ESTIMATORS = ("focus",)
+
+
+def engine_logprobs(cfg: RunConfig) -> bool:
+    """Whether the update takes its old log-probs from the engine (`train.old_logprobs`, see
+    its help) instead of a scoring pass: only a single-pass update, whose forward runs at the
+    rollout's weights, can measure the gap and fall back to its own log-probs."""
+    mode = cfg.train.old_logprobs
+    if mode == "auto":
+        mode = "engine" if cfg.rollout.engine == "hf" else "score"
+    return mode == "engine" and cfg.train.ppo_epochs == 1 and cfg.train.minibatches == 1
+
+
 @torch.no_grad()
-def score(learner: Learner, batch: Batch, cfg: RunConfig) -> None:
-    """Fill old log-probs, old values and reference log-probs (before the update)."""
+def score(learner: Learner, batch: Batch, cfg: RunConfig, deferred: bool = False) -> None:
+    """Fill old log-probs, old values and reference log-probs (before the update).
+
+    `deferred` (the trainer's loop): leave out what nothing before the update reads and the
+    update does not need from here: old log-probs when `engine_logprobs(cfg)` (the update
+    fills them, see `update`), values when the estimator does not read them
+    (`VALUE_FREE_ESTIMATORS`) and no value clipping does, reference log-probs without a KL
+    term. What is left out stays None; with nothing left, no forward runs."""
     B, L = batch.input_ids.shape
-    old = torch.zeros(B, L)
-    vals = torch.zeros(B, L) if learner.critic is not None else None
-    ref = torch.zeros(B, L) if learner.reference is not None else None
+    want_lp = not (deferred and engine_logprobs(cfg))
+    want_v = learner.critic is not None and not (
+        deferred and cfg.algo.estimator in VALUE_FREE_ESTIMATORS and not cfg.algo.value_clip)
+    want_ref = learner.reference is not None and not (deferred and cfg.algo.kl_coef <= 0)
+    old = torch.zeros(B, L) if want_lp else None
+    vals = torch.zeros(B, L) if want_v else None
+    ref = torch.zeros(B, L) if want_ref else None
     learner.model.eval()
     critic_mode(learner.critic, False)
     pack = packs(learner, cfg)
-    for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch, pack):
+    rows_all = microbatches(batch, cfg.train.max_tokens_per_microbatch, pack)
+    for rows in rows_all if (want_lp or want_v or want_ref) else []:
         mb = trim(batch.select(rows))
         w = mb.input_ids.shape[1]
-        lp, v = forward(learner.model, learner.critic, mb, cfg.rollout.temperature,
-                        cfg.train.logprob_chunk, pack)
-        old[rows, :w] = lp.float().cpu()
-        if vals is not None:
-            vals[rows, :w] = v.float().cpu()
-        if ref is not None:
+        if want_lp or want_v:
+            lp, v = forward(learner.model, learner.critic if want_v else None, mb,
+                            cfg.rollout.temperature, cfg.train.logprob_chunk, pack, want_lp)
+            if want_lp:
+                old[rows, :w] = lp.float().cpu()
+            if want_v:
+                vals[rows, :w] = v.float().cpu()
+        if want_ref:
             rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature,
                              cfg.train.logprob_chunk, pack)
             ref[rows, :w] = rlp.float().cpu()
     batch.old_logprobs, batch.old_values, batch.ref_logprobs = old, vals, ref
+
+
+def _old_from_engine(m: Batch, lp: torch.Tensor, tolerance: float) -> bool:
+    """Set micro-batch `m`'s old log-probs, given `lp`, the trainer's at the rollout's weights:
+    the engine's where their mean gap to `lp` over policy tokens is within `tolerance`, else
+    `lp` itself (what a scoring pass would give). Returns whether the engine's were used."""
+    own = lp.detach()
+    engine = m.engine_logprobs.to(own.dtype)
+    mask = m.response_mask.to(own.dtype)
+    gap = float(((engine - own).abs() * mask).sum() / mask.sum().clamp(min=1))
+    m.old_logprobs = engine if gap <= tolerance else own
+    return gap <= tolerance
 
 
 def _rows(mask: torch.Tensor, agg: str) -> float:
@@ -175,6 +215,15 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     # loss, the KL term and the backbone's share of the critic gradient are all dropped
     critic_only = learner.critic is not None and step <= tr.critic_warmup
     pack = packs(learner, cfg)
+    # old log-probs left to this update (`score(deferred=True)`): one pass, so every forward
+    # below runs at the rollout's weights; `batch.old_logprobs` gets the trainer's log-probs
+    # from these forwards (what a scoring pass gives: the step's logged gap reads them)
+    defer = batch.old_logprobs is None
+    if defer and (tr.ppo_epochs != 1 or tr.minibatches != 1):
+        raise ValueError("a multi-pass update needs its old log-probs from score() first")
+    if defer:
+        batch.old_logprobs = torch.zeros(batch.input_ids.shape)
+    engine_tokens = policy_tokens = 0.0
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -200,6 +249,11 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                           else _rows(m.response_mask, algo.agg) / n_rows)
                 lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
                                      tr.logprob_chunk, pack)
+                if defer:
+                    from_engine = _old_from_engine(m, lp, tr.logprob_tolerance)
+                    batch.old_logprobs[[rows[i] for i in micro], :lp.shape[1]] = lp.detach().float().cpu()
+                    n = float(m.response_mask.sum())
+                    engine_tokens, policy_tokens = engine_tokens + n * from_engine, policy_tokens + n
                 loss, st = policy_loss(lp, m, algo)
                 total = loss.detach() * 0.0 if critic_only else loss * weight
                 if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
@@ -231,7 +285,9 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
             count += 1
     learner.model.eval()
     critic_mode(learner.critic, False)
-    return {k: v / count for k, v in sums.items()}
+    out = {k: v / count for k, v in sums.items()}
+    out["old_logprobs/engine"] = engine_tokens / max(policy_tokens, 1.0)
+    return out
 
 
 def step_budget(cfg: RunConfig, base: dict) -> int:
@@ -352,7 +408,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
         # 2. credit
         batch = collate(eps, fmt.pad_id)
         batch.extras.update(result.extras)
-        score(learner, batch, cfg)
+        score(learner, batch, cfg, deferred=True)   # what the update cannot take from its own pass
         if cfg.algo.estimator in PREPARERS:
             PREPARERS.get(cfg.algo.estimator)(learner, batch, eps, fmt, cfg)
         credit = estimator(batch, cfg.algo)
