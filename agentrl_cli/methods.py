@@ -17,6 +17,12 @@ class Recipe:
     critic: bool = False          # trains a value function
     reference: bool = False       # needs a frozen copy of the initial policy
     extra_rollouts: str = ""      # what extra generation (or forward passes) it spends, for the README table
+    # starts from the tiny build's fitted value head (`train.tiny_build.fit_value_head`). That
+    # head is fitted on turn-start states only, so only credit that reads the critic at segment
+    # boundaries (FOCUS) may start from it; token-level GAE (ppo) and MPO's intra-turn trace read
+    # it at every policy token, where the fit does not hold (measured: critic loss 0.76 at PPO's
+    # first step vs 0.17-0.25 for the constant 0.5), so they start cold.
+    warm_critic: bool = False
 
 
 METHODS: Registry[Recipe] = Registry("method")
@@ -103,6 +109,6 @@ _add(Recipe(
      "algo.focus_norm": "tree",
      # the budget is what FOCUS allocates: by default a GRPO step's worth (rollout.budget_match)
      "rollout.budget_match": True},
-    critic=True,
+    critic=True, warm_critic=True,
     extra_rollouts="none beyond the budget: continuations from tree nodes replace independent episodes",
 ))

@@ -146,3 +146,30 @@ def test_one_plotting_helper():
             if any(n == "matplotlib" or n.startswith("matplotlib.") for n in names):
                 importers.add(m)
     assert importers == {"agentrl_cli.reporting.plots"}
+
+
+MAX_FUNCTION_LINES = 80      # DESIGN.md, house style: a function a reader takes in at once
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, str, int]]:
+    """(module, function, lines) for every function or method longer than `limit` lines."""
+    out = []
+    for m, f in modules(root).items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out.append((m, node.name, n))
+    return sorted(out)
+
+
+def test_no_function_over_80_lines():
+    assert long_functions(ROOT) == []
+
+
+def test_the_length_check_finds_a_long_function(tmp_path):
+    pkg = tmp_path / "agentrl_cli"
+    pkg.mkdir()
+    body = "".join(f"        x{i} = {i}\n" for i in range(80))
+    (pkg / "long.py").write_text(f"def short():\n    return 1\n\n\nclass C:\n    def big(self):\n{body}")
+    assert long_functions(tmp_path) == [("agentrl_cli.long", "big", 81)]

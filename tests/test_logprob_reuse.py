@@ -12,8 +12,8 @@ from conftest import MICRO
 
 from agentrl_cli import config
 from agentrl_cli.credit.estimators import ESTIMATORS
-from agentrl_cli.train import loop
-from agentrl_cli.train.batch import collate
+from agentrl_cli.train import learner as learner_mod
+from agentrl_cli.train.batch import collate, microbatches
 
 BASE = MICRO + ["train.grad_clip=0", "algo.whiten=false"]
 
@@ -29,14 +29,14 @@ def _step(micro_policy, eps, sets, method="grpo", engine_shift=None):
     gradients, batch)."""
     model, _, fmt, _ = micro_policy
     cfg = config.load(method=method, sets=BASE + sets)
-    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+    learner = learner_mod.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
     batch = collate(copy.deepcopy(eps), fmt.pad_id)
     if engine_shift is not None:
         batch.engine_logprobs = batch.engine_logprobs + engine_shift * batch.response_mask
-    loop.score(learner, batch, cfg, deferred=True)
+    learner_mod.score(learner, batch, cfg, deferred=True)
     c = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
     batch.advantages, batch.returns, batch.value_mask = c.advantages, c.returns, c.value_mask
-    stats = loop.update(learner, batch, cfg, step=1)
+    stats = learner_mod.update(learner, batch, cfg, step=1)
     return stats, [p.grad.clone() for p in learner.params], batch
 
 
@@ -83,17 +83,17 @@ def test_the_decision_is_per_micro_batch(micro_policy):
     model, _, fmt, _ = micro_policy
     cfg = config.load(method="grpo", sets=BASE + ["train.old_logprobs=engine",
                                                   "train.max_tokens_per_microbatch=64"])
-    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+    learner = learner_mod.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
     batch = collate(copy.deepcopy(eps), fmt.pad_id)
-    groups = loop.microbatches(batch, 64)
+    groups = microbatches(batch, 64)
     assert len(groups) >= 3
     off = groups[0]
     shift = torch.zeros(batch.size)
     shift[off] = 0.5
     batch.engine_logprobs = batch.engine_logprobs + shift[:, None] * batch.response_mask
-    loop.score(learner, batch, cfg, deferred=True)
+    learner_mod.score(learner, batch, cfg, deferred=True)
     batch.advantages = ESTIMATORS.get("grpo")(batch, cfg.algo).advantages
-    stats = loop.update(learner, batch, cfg, step=1)
+    stats = learner_mod.update(learner, batch, cfg, step=1)
     tokens = batch.response_mask.sum(1)
     want = 1.0 - float(tokens[off].sum() / tokens.sum())
     assert 0.0 < want < 1.0
@@ -104,20 +104,20 @@ def test_scoring_pass_computes_only_what_is_left(micro_policy, monkeypatch):
     eps = _episodes(micro_policy)
     model, _, fmt, _ = micro_policy
     calls = []
-    real = loop.forward
+    real = learner_mod.forward
 
     def counting(*a, **kw):
         calls.append(a[1] is not None)
         return real(*a, **kw)
 
-    monkeypatch.setattr(loop, "forward", counting)
+    monkeypatch.setattr(learner_mod, "forward", counting)
 
     def scored(method, sets):
         cfg = config.load(method=method, sets=BASE + sets)
-        learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+        learner = learner_mod.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
         batch = collate(copy.deepcopy(eps), fmt.pad_id)
         calls.clear()
-        loop.score(learner, batch, cfg, deferred=True)
+        learner_mod.score(learner, batch, cfg, deferred=True)
         return batch, list(calls)
 
     b, c = scored("grpo", [])                        # auto = engine with the hf engine
@@ -141,16 +141,16 @@ def test_scoring_pass_computes_only_what_is_left(micro_policy, monkeypatch):
 def test_auto_and_multi_pass(micro_policy):
     vllm = config.load(method="grpo", sets=MICRO + ["rollout.engine=vllm"])
     hf = config.load(method="grpo", sets=MICRO)
-    assert loop.engine_logprobs(hf) and not loop.engine_logprobs(vllm)
-    assert not loop.engine_logprobs(config.load(method="grpo",
+    assert learner_mod.engine_logprobs(hf) and not learner_mod.engine_logprobs(vllm)
+    assert not learner_mod.engine_logprobs(config.load(method="grpo",
                                                 sets=MICRO + ["train.minibatches=2"]))
     with pytest.raises(config.ConfigError, match="train.old_logprobs"):
         config.load(sets=MICRO + ["train.old_logprobs=trainer"])
     # an update asked to run twice over a batch without old log-probs refuses
     model, _, fmt, _ = micro_policy
     cfg = config.load(method="grpo", sets=MICRO + ["train.ppo_epochs=2"])
-    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+    learner = learner_mod.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
     batch = collate(copy.deepcopy(_episodes(micro_policy)), fmt.pad_id)
     batch.advantages = torch.zeros(batch.input_ids.shape)
     with pytest.raises(ValueError, match="multi-pass"):
-        loop.update(learner, batch, cfg, step=1)
+        learner_mod.update(learner, batch, cfg, step=1)

@@ -150,7 +150,7 @@ def fit_value_head(model, engine, fmt, spec, tasks, n_episodes: int, max_tokens:
     Monte-Carlo value of the base policy); a ridge regression of those targets on the state's
     last hidden state (the same features the trainer's value head reads) gives the head's
     weight and bias, saved as `path` (safetensors, the `torch.nn.Linear` state dict). The
-    trainer starts its value head from it (`train.loop.build_learner`)."""
+    trainer starts its value head from it (`train.learner.build_learner`)."""
     from safetensors.torch import save_file
 
     from ..engines.hf import SamplingParams

@@ -15,7 +15,7 @@ from ..models.loading import load_policy, model_path
 from ..rollout.controllers import CONTROLLERS, RolloutContext
 from ..rollout.runner import run_episodes
 from . import checkpoint
-from .loop import initial_critic
+from .learner import initial_critic
 
 
 def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int = 1,
@@ -24,7 +24,7 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int =
 
     The critic is the one `agentrl train` would use: a checkpoint's own (value head or separate
     critic model) when `cfg.model.name` is a checkpoint folder, else the recipe's initial
-    critic (`train.loop.initial_critic`: for FOCUS on the tiny build, its fitted value head).
+    critic (`train.learner.initial_critic`: for FOCUS on the tiny build, its fitted value head).
     The budget is `rollout.budget_tokens`; when that is 0 and the recipe matches budgets
     (`rollout.budget_match`, FOCUS's default), it is what a GRPO step would generate on these
     tasks: tasks x `rollout.group_size` x the mean generated tokens of one linear episode per

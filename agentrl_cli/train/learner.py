@@ -1,0 +1,256 @@
+"""The learner: the policy, its critic and reference, and their optimiser; the scoring pass
+(old log-probs, old values, reference log-probs) and the update (PPO-style epochs over the
+frozen batch, micro-batches accumulating gradients). The trainer's loop (`train.loop`) calls
+`build_learner` once, then `score` and `update` every step.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .. import losses
+from ..config import RunConfig, step_seed
+from ..methods import METHODS
+from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
+from ..models.loading import load_critic_model
+from ..models.sequences import can_pack
+from ..models.tiny import VALUE_HEAD
+from .batch import Batch, forward, microbatches, trim
+from .distributed import Local
+from .update import POLICY_LOSSES
+
+
+@dataclass
+class Learner:
+    model: torch.nn.Module
+    critic: torch.nn.Module | None
+    reference: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    params: list = field(default_factory=list)
+    comm: Local = field(default_factory=Local)  # data-parallel collectives (no-ops in one process)
+
+
+def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
+                   log: Callable[[str], None] = print) -> torch.nn.Module | None:
+    """The critic a run of `cfg.method` starts with (None for a critic-free recipe): the
+    `model.critic` form, starting from the tiny build's fitted value head when the model folder
+    has one, the recipe asks for it (`Recipe.warm_critic`) and the run keeps the recipe's
+    estimator (the head was fitted for it). `train` and `agentrl rollout --method focus` both
+    start from it."""
+    recipe = METHODS.get(cfg.method)
+    if not recipe.critic:
+        return None
+    torch.manual_seed(step_seed(cfg.seed, 0, salt=1))
+    own = cfg.model.critic == "separate" and bool(cfg.model.critic_path)
+    base = (load_critic_model(cfg, model_path, next(model.parameters()).device)
+            if own else None)
+    critic = build_critic(cfg.model.critic, model, base)
+    warm = Path(model_path) / VALUE_HEAD if model_path else None
+    # the tiny build's fitted critic (on the policy's features), for the recipes it was fitted for
+    if (warm is not None and warm.is_file() and recipe.warm_critic and not own
+            and cfg.algo.estimator == recipe.defaults.get("algo.estimator")):
+        from safetensors.torch import load_file
+
+        load_head_state(critic, load_file(str(warm)))
+        log(f"critic: value head starts from {warm}")
+    if is_separate(critic):
+        log("critic: a separate model (" + (f"from {cfg.model.critic_path}" if own else
+                                            "a copy of the initial policy") + ") + value head")
+    return critic
+
+
+def build_learner(cfg: RunConfig, model, comm: Local | None = None,
+                  model_path: str | None = None, log: Callable[[str], None] = print) -> Learner:
+    recipe = METHODS.get(cfg.method)
+    critic = initial_critic(cfg, model, model_path, log)
+    reference = None
+    if recipe.reference or cfg.algo.kl_coef > 0:
+        reference = copy.deepcopy(model).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+    critic_params = list(critic.parameters()) if critic else []
+    params = list(model.parameters()) + critic_params
+    # one parameter group unless the critic has its own rate (so older checkpoints still resume)
+    groups = ([{"params": list(model.parameters())},
+               {"params": critic_params, "lr": cfg.train.critic_lr}]
+              if critic_params and cfg.train.critic_lr > 0 else params)
+    opt = torch.optim.AdamW(groups, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+                            betas=(0.9, 0.99))
+    comm = comm or Local()
+    comm.broadcast_params(params)
+    return Learner(model, critic, reference, opt, params, comm)
+
+
+def packs(learner: Learner, cfg: RunConfig) -> bool:
+    """Whether micro-batches run packed (`train.pack` and a model that allows it)."""
+    return cfg.train.pack and can_pack(learner.model)
+
+
+# estimators that never read the critic's per-token values (`batch.old_values`): FOCUS reads
+# its critic inside the trees (`batch.extras`), so its scoring pass has no values to compute
+VALUE_FREE_ESTIMATORS = ("focus",)
+
+
+def engine_logprobs(cfg: RunConfig) -> bool:
+    """Whether the update takes its old log-probs from the engine (`train.old_logprobs`, see
+    its help) instead of a scoring pass: only a single-pass update, whose forward runs at the
+    rollout's weights, can measure the gap and fall back to its own log-probs."""
+    mode = cfg.train.old_logprobs
+    if mode == "auto":
+        mode = "engine" if cfg.rollout.engine == "hf" else "score"
+    return mode == "engine" and cfg.train.ppo_epochs == 1 and cfg.train.minibatches == 1
+
+
+@torch.no_grad()
+def score(learner: Learner, batch: Batch, cfg: RunConfig, deferred: bool = False) -> None:
+    """Fill old log-probs, old values and reference log-probs (before the update).
+
+    `deferred` (the trainer's loop): leave out what nothing before the update reads and the
+    update does not need from here: old log-probs when `engine_logprobs(cfg)` (the update
+    fills them, see `update`), values when the estimator does not read them
+    (`VALUE_FREE_ESTIMATORS`) and no value clipping does, reference log-probs without a KL
+    term. What is left out stays None; with nothing left, no forward runs."""
+    B, L = batch.input_ids.shape
+    want_lp = not (deferred and engine_logprobs(cfg))
+    want_v = learner.critic is not None and not (
+        deferred and cfg.algo.estimator in VALUE_FREE_ESTIMATORS and not cfg.algo.value_clip)
+    want_ref = learner.reference is not None and not (deferred and cfg.algo.kl_coef <= 0)
+    old = torch.zeros(B, L) if want_lp else None
+    vals = torch.zeros(B, L) if want_v else None
+    ref = torch.zeros(B, L) if want_ref else None
+    learner.model.eval()
+    critic_mode(learner.critic, False)
+    pack = packs(learner, cfg)
+    rows_all = microbatches(batch, cfg.train.max_tokens_per_microbatch, pack)
+    for rows in rows_all if (want_lp or want_v or want_ref) else []:
+        mb = trim(batch.select(rows))
+        w = mb.input_ids.shape[1]
+        if want_lp or want_v:
+            lp, v = forward(learner.model, learner.critic if want_v else None, mb,
+                            cfg.rollout.temperature, cfg.train.logprob_chunk, pack, want_lp)
+            if want_lp:
+                old[rows, :w] = lp.float().cpu()
+            if want_v:
+                vals[rows, :w] = v.float().cpu()
+        if want_ref:
+            rlp, _ = forward(learner.reference, None, mb, cfg.rollout.temperature,
+                             cfg.train.logprob_chunk, pack)
+            ref[rows, :w] = rlp.float().cpu()
+    batch.old_logprobs, batch.old_values, batch.ref_logprobs = old, vals, ref
+
+
+def _old_from_engine(m: Batch, lp: torch.Tensor, tolerance: float) -> bool:
+    """Set micro-batch `m`'s old log-probs, given `lp`, the trainer's at the rollout's weights:
+    the engine's where their mean gap to `lp` over policy tokens is within `tolerance`, else
+    `lp` itself (what a scoring pass would give). Returns whether the engine's were used."""
+    own = lp.detach()
+    engine = m.engine_logprobs.to(own.dtype)
+    mask = m.response_mask.to(own.dtype)
+    gap = float(((engine - own).abs() * mask).sum() / mask.sum().clamp(min=1))
+    m.old_logprobs = engine if gap <= tolerance else own
+    return gap <= tolerance
+
+
+def _rows(mask: torch.Tensor, agg: str) -> float:
+    """Rows a per-row aggregation divides by: those with a policy token for seq-mean (rows
+    without one are left out of its mean, `losses.aggregate`), every row for token-sum-norm."""
+    return float((mask.sum(1) > 0).sum()) if agg == "seq-mean" else float(mask.shape[0])
+
+
+def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
+    """PPO-style epochs x minibatches over the frozen batch; micro-batches accumulate grads."""
+    algo, tr = dataclasses.replace(cfg.algo, agg_norm=cfg.agg_norm), cfg.train  # 0 -> the run's cap
+    learner.model.train()
+    critic_mode(learner.critic, True)
+    rng = random.Random(step_seed(cfg.seed, step, salt=2))
+    device = next(learner.model.parameters()).device  # the batch is built on CPU
+    # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
+    # loss, the KL term and the backbone's share of the critic gradient are all dropped
+    critic_only = learner.critic is not None and step <= tr.critic_warmup
+    pack = packs(learner, cfg)
+    # old log-probs left to this update (`score(deferred=True)`): one pass, so every forward
+    # below runs at the rollout's weights; `batch.old_logprobs` gets the trainer's log-probs
+    # from these forwards (what a scoring pass gives: the step's logged gap reads them)
+    defer = batch.old_logprobs is None
+    if defer and (tr.ppo_epochs != 1 or tr.minibatches != 1):
+        raise ValueError("a multi-pass update needs its old log-probs from score() first")
+    if defer:
+        batch.old_logprobs = torch.zeros(batch.input_ids.shape)
+    engine_tokens = policy_tokens = 0.0
+    sums: dict[str, float] = {}
+    count = 0
+    for _ in range(tr.ppo_epochs):
+        order = list(range(batch.size))
+        if tr.minibatches > 1:
+            rng.shuffle(order)
+        for k in range(tr.minibatches):
+            rows = order[k::tr.minibatches]
+            mbatch = batch.select(rows)
+            # loss weights divide by the minibatch's counts over all data-parallel ranks
+            n_tok, n_val, n_rows = learner.comm.all_sum([
+                float(mbatch.response_mask.sum()),
+                float(mbatch.value_mask.sum()) if mbatch.value_mask is not None else 1.0,
+                _rows(mbatch.response_mask, algo.agg)])
+            n_tok, n_val, n_rows = max(n_tok, 1.0), max(n_val, 1.0), max(n_rows, 1.0)
+            learner.optimizer.zero_grad(set_to_none=True)
+            stats: dict[str, float] = {}
+            for micro in microbatches(mbatch, tr.max_tokens_per_microbatch, pack):
+                m = trim(mbatch.select(micro)).to(device)
+                # token-mean: micro-batch mean x its share of tokens = the minibatch token mean;
+                # seq-mean, token-sum-norm: per-row terms, so the micro-batch's share of rows
+                weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
+                          else _rows(m.response_mask, algo.agg) / n_rows)
+                lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
+                                     tr.logprob_chunk, pack)
+                if defer:
+                    from_engine = _old_from_engine(m, lp, tr.logprob_tolerance)
+                    batch.old_logprobs[[rows[i] for i in micro], :lp.shape[1]] = lp.detach().float().cpu()
+                    n = float(m.response_mask.sum())
+                    engine_tokens, policy_tokens = engine_tokens + n * from_engine, policy_tokens + n
+                total, st = _micro_loss(learner, m, lp, values, algo, weight, n_val, critic_only)
+                total.backward()
+                for key, v in st.items():
+                    stats[key] = stats.get(key, 0.0) + float(v) * weight
+            if critic_only:
+                for p in learner.model.parameters():
+                    p.grad = None           # AdamW leaves a parameter without a gradient alone
+            learner.comm.reduce_grads(learner.params)
+            stats = learner.comm.sum_dict(stats)
+            if tr.grad_clip > 0:
+                gn = torch.nn.utils.clip_grad_norm_(learner.params, tr.grad_clip)
+                stats["grad_norm"] = float(gn)
+            learner.optimizer.step()
+            for key, v in stats.items():
+                sums[key] = sums.get(key, 0.0) + v
+            count += 1
+    learner.model.eval()
+    critic_mode(learner.critic, False)
+    out = {k: v / count for k, v in sums.items()}
+    out["old_logprobs/engine"] = engine_tokens / max(policy_tokens, 1.0)
+    return out
+
+
+def _micro_loss(learner: Learner, m: Batch, lp, values, algo, weight: float, n_val: float,
+                critic_only: bool):
+    """One micro-batch's weighted loss (policy, KL to the reference, critic) and its stats."""
+    loss, st = POLICY_LOSSES.get(algo.loss)(lp, m, algo)
+    total = loss.detach() * 0.0 if critic_only else loss * weight
+    if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
+        kl = losses.aggregate(losses.kl_k3(lp, m.ref_logprobs, m.response_mask),
+                              m.response_mask, algo.agg, algo.agg_norm)
+        total = total + algo.kl_coef * kl * weight
+        st["kl/ref"] = kl.detach()
+    if values is not None and m.returns is not None:
+        vw = float(m.value_mask.sum()) / n_val
+        vl, vst = losses.value_loss(values, m.returns, m.value_mask, m.old_values,
+                                    clip=algo.value_clip or None)
+        total = total + algo.vf_coef * vl * vw
+        st = {**st, **vst, "loss/critic": vl.detach()}
+    st["loss/policy"] = loss.detach()
+    return total, st
