@@ -69,3 +69,25 @@ def random_value_head(model, seed: int = 0):
     torch.nn.init.normal_(head.weight, std=0.02)
     torch.nn.init.constant_(head.bias, 0.5)
     return head
+
+
+def random_batch(lengths, vocab, seed=0):
+    """A batch of random episodes of the given lengths (policy tokens after the first 6, about
+    70% of them; turns of 16 tokens; groups of 2), for forward/update comparisons."""
+    import torch
+
+    from agentrl_cli.train.batch import Batch
+
+    g = torch.Generator().manual_seed(seed)
+    B, L = len(lengths), max(lengths)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    attn = torch.zeros(B, L, dtype=torch.long)
+    resp = torch.zeros(B, L)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.randint(5, vocab, (n,), generator=g)
+        attn[i, :n] = 1
+        resp[i, min(n, 6):n] = (torch.rand(max(n - 6, 0), generator=g) < 0.7).float()
+    turn = torch.where(resp > 0, torch.arange(L).expand(B, L) // 16, torch.full((B, L), -1))
+    return Batch(input_ids=ids, attention_mask=attn, response_mask=resp,
+                 engine_logprobs=torch.zeros(B, L), turn_index=turn, segment_index=turn.clone(),
+                 rewards=torch.rand(B, generator=g), group_index=torch.arange(B) // 2)

@@ -7,11 +7,11 @@ import copy
 
 import pytest
 import torch
-from conftest import MICRO
+from conftest import MICRO, random_batch
 
 from agentrl_cli import config
 from agentrl_cli.models.sequences import hidden_states, logprobs_from_hidden
-from agentrl_cli.train.batch import Batch, microbatches
+from agentrl_cli.train.batch import microbatches
 from agentrl_cli.train.loop import build_learner, score, update
 from agentrl_cli.train.tiny_build import load_policy
 
@@ -35,22 +35,6 @@ class SavedSizes:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
-
-
-def _batch(lengths, vocab, seed=0) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    B, L = len(lengths), max(lengths)
-    ids = torch.zeros(B, L, dtype=torch.long)
-    attn = torch.zeros(B, L, dtype=torch.long)
-    resp = torch.zeros(B, L)
-    for i, n in enumerate(lengths):
-        ids[i, :n] = torch.randint(5, vocab, (n,), generator=g)
-        attn[i, :n] = 1
-        resp[i, 6:n] = (torch.rand(n - 6, generator=g) < 0.7).float()
-    turn = torch.where(resp > 0, torch.arange(L).expand(B, L) // 16, torch.full((B, L), -1))
-    return Batch(input_ids=ids, attention_mask=attn, response_mask=resp,
-                 engine_logprobs=torch.zeros(B, L), turn_index=turn, segment_index=turn.clone(),
-                 rewards=torch.rand(B, generator=g), group_index=torch.arange(B) // 2)
 
 
 def test_chunked_logprobs_equal_plain_and_never_keep_full_logits(micro_policy):
@@ -98,7 +82,7 @@ def test_gradient_checkpointing_is_wired_and_saves_activations(micro_policy):
 
 def test_microbatches_pack_by_token_budget():
     lengths = [10, 100, 12, 95, 11, 90, 40, 300]
-    batch = _batch(lengths, vocab=50)
+    batch = random_batch(lengths, vocab=50)
     groups = microbatches(batch, 200)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     for g in groups:
@@ -127,7 +111,7 @@ def test_memory_lean_step_equals_plain_step(method):
         model, _, _, _ = load_policy(cfg, log=lambda s: None)
         learner = build_learner(cfg, model)
         if batch0 is None:
-            batch0 = _batch([70, 33, 64, 20, 71, 45], model.config.vocab_size)
+            batch0 = random_batch([70, 33, 64, 20, 71, 45], model.config.vocab_size)
             score(learner, batch0, cfg)  # old log-probs / values from the plain model
             g = torch.Generator().manual_seed(4)
             mask = batch0.response_mask

@@ -7,32 +7,16 @@ import copy
 
 import pytest
 import torch
-from conftest import MICRO
+from conftest import MICRO, random_batch
 
 from agentrl_cli import config
 from agentrl_cli.models.critic import build_critic
 from agentrl_cli.models.sequences import (can_pack, logprobs_from_hidden, pack_rows,
                                           packed_hidden_states, unpack_next)
-from agentrl_cli.train.batch import Batch, forward, microbatches
+from agentrl_cli.train.batch import forward, microbatches
 from agentrl_cli.train.loop import build_learner, score, update
 
 LENGTHS = [70, 33, 64, 20, 71, 45, 1, 2]
-
-
-def _batch(lengths, vocab, seed=0) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    B, L = len(lengths), max(lengths)
-    ids = torch.zeros(B, L, dtype=torch.long)
-    attn = torch.zeros(B, L, dtype=torch.long)
-    resp = torch.zeros(B, L)
-    for i, n in enumerate(lengths):
-        ids[i, :n] = torch.randint(5, vocab, (n,), generator=g)
-        attn[i, :n] = 1
-        resp[i, min(n, 6):n] = (torch.rand(max(n - 6, 0), generator=g) < 0.7).float()
-    turn = torch.where(resp > 0, torch.arange(L).expand(B, L) // 16, torch.full((B, L), -1))
-    return Batch(input_ids=ids, attention_mask=attn, response_mask=resp,
-                 engine_logprobs=torch.zeros(B, L), turn_index=turn, segment_index=turn.clone(),
-                 rewards=torch.rand(B, generator=g), group_index=torch.arange(B) // 2)
 
 
 def _value_critic(model, form, seed=0):
@@ -47,7 +31,7 @@ def _value_critic(model, form, seed=0):
 def test_packed_forward_equals_padded(micro_policy, form):
     model = copy.deepcopy(micro_policy[0]).eval()
     critic = _value_critic(model, form) if form else None
-    batch = _batch(LENGTHS, model.config.vocab_size)
+    batch = random_batch(LENGTHS, model.config.vocab_size)
     with torch.no_grad():
         lp, v = forward(model, critic, batch, 0.7, chunk=16)
         plp, pv = forward(model, critic, batch, 0.7, chunk=16, pack=True)
@@ -66,8 +50,8 @@ def test_packed_episodes_do_not_see_each_other(micro_policy):
     """Changing one episode's tokens changes its own packed log-probs and no other's; position
     ids restart, so an episode's outputs do not depend on where it sits in the row."""
     model = micro_policy[0].eval()
-    batch = _batch(LENGTHS[:4], model.config.vocab_size)
-    other = _batch(LENGTHS[:4], model.config.vocab_size, seed=1)
+    batch = random_batch(LENGTHS[:4], model.config.vocab_size)
+    other = random_batch(LENGTHS[:4], model.config.vocab_size, seed=1)
     ids = batch.input_ids.clone()
     ids[1] = other.input_ids[1]
     attn = batch.attention_mask
@@ -96,7 +80,7 @@ def test_unpack_next_drops_cross_episode_entries():
 
 def test_microbatches_count_real_tokens_when_packed():
     lengths = [10, 100, 12, 95, 11, 90, 40, 300]
-    batch = _batch(lengths, vocab=50)
+    batch = random_batch(lengths, vocab=50)
     groups = microbatches(batch, 200, packed=True)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     for g in groups:
@@ -120,7 +104,7 @@ def test_packed_update_equals_padded_update(micro_policy, method):
         learner = build_learner(cfg, model, log=lambda s: None)
         assert can_pack(model)
         if batch0 is None:
-            batch0 = _batch(LENGTHS, model.config.vocab_size)
+            batch0 = random_batch(LENGTHS, model.config.vocab_size)
             score(learner, batch0, cfg)
             g = torch.Generator().manual_seed(4)
             mask = batch0.response_mask
@@ -156,7 +140,7 @@ def test_packed_update_equals_padded_update(micro_policy, method):
 def test_pack_falls_back_to_padded_where_it_cannot_run(micro_policy):
     """Context windows (a reset episode) and activation checkpointing run the padded pass."""
     model = micro_policy[0].eval()
-    batch = _batch([30, 20], model.config.vocab_size)
+    batch = random_batch([30, 20], model.config.vocab_size)
     batch.window_index = torch.zeros_like(batch.input_ids)
     batch.window_index[0, 10:] = 1
     with torch.no_grad():
