@@ -198,8 +198,8 @@ class TrainConfig:
     """Optimiser steps per pass."""
     critic_warmup: int = 0
     """Methods with a critic: the first N steps update only the value head (the policy, backbone included, stays the base model); they count toward train.steps and spend rollout tokens like any step."""
-    max_tokens_per_microbatch: int = 16384
-    """Token budget of one forward/backward micro-batch (gradient accumulation above it)."""
+    max_tokens_per_microbatch: int = 4096
+    """Token budget of one forward/backward micro-batch (gradient accumulation above it). Activations grow with it: 4096 keeps a CPU step's peak memory at 0.6x of 16384's and is faster there (docs/performance.md); on a GPU raise it (16384-65536) until memory binds."""
     logprob_chunk: int = 512
     """Tokens per log-prob chunk: logits exist for one chunk at a time and are recomputed in backward (0: whole sequence at once)."""
     old_logprobs: str = "auto"

@@ -57,6 +57,35 @@ def test_chunked_logprobs_equal_plain_and_never_keep_full_logits(micro_policy):
     assert out[32][3] < full // 4     # the chunked path does not: logits are recomputed
 
 
+@pytest.mark.parametrize("chunk", [0, 32])
+def test_policy_only_logprobs_equal_full_ones_where_needed(micro_policy, chunk):
+    """`where` (the trainer's policy tokens): the same log-probs and gradients there as the full
+    computation, 0 elsewhere, and the LM head's saved inputs shrink to the selected tokens."""
+    model = copy.deepcopy(micro_policy[0]).train()
+    head = model.get_output_embeddings().weight
+    V = head.shape[0]
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, V, (3, 120), generator=g)
+    where = torch.rand(3, 119, generator=g) < 0.15
+    weights = torch.randn(3, 119, generator=g)
+    out = []
+    for sel in (None, where):
+        model.zero_grad(set_to_none=True)
+        h = hidden_states(model, ids, torch.ones_like(ids)).detach().requires_grad_()
+        with SavedSizes() as saved:
+            lp = logprobs_from_hidden(model, h, ids, temperature=0.7, chunk=chunk, where=sel)
+        (lp * weights * where).sum().backward()
+        out.append((lp.detach(), h.grad, head.grad.clone(), sum(saved.sizes)))
+    (full, gh_full, gw_full, saved_full), (part, gh_part, gw_part, saved_part) = out
+    torch.testing.assert_close(part[where], full[where], **TOL)
+    assert float(part[~where].abs().max()) == 0.0 and float(full[~where].abs().min()) > 0.0
+    torch.testing.assert_close(gh_part, gh_full, **TOL)
+    torch.testing.assert_close(gw_part, gw_full, **TOL)
+    assert float(gw_full.abs().sum()) > 0.0
+    if chunk:
+        assert saved_part < saved_full / 3
+
+
 def test_gradient_checkpointing_is_wired_and_saves_activations(micro_policy):
     cfg = config.load(sets=MICRO + ["model.gradient_checkpointing=true"])
     lean, _, _, _ = load_policy(cfg, log=lambda s: None)

@@ -37,11 +37,14 @@ def test_packed_forward_equals_padded(micro_policy, form):
         plp, pv = forward(model, critic, batch, 0.7, chunk=16, pack=True)
     real = batch.attention_mask.bool()
     real[:, 0] = False                   # position 0 carries nothing in either layout
-    torch.testing.assert_close(plp[real], lp[real], atol=1e-6, rtol=0)
-    assert float(plp[~real].abs().max()) == 0.0
-    assert float(lp[real].abs().min()) > 0.0    # real log-probs, not zeros
+    policy = batch.response_mask.bool()  # log-probs exist for policy tokens only
+    torch.testing.assert_close(plp[policy], lp[policy], atol=1e-6, rtol=0)
+    assert float(plp[~policy].abs().max()) == 0.0
+    assert float(lp[policy].abs().min()) > 0.0    # real log-probs, not zeros
     if form:
-        torch.testing.assert_close(pv[real], v[real], atol=1e-6, rtol=0)
+        # values are a random head's dot product with 128 hidden features (|v| up to ~1): the
+        # two layouts' float reductions differ by a few ulps of that (2.4e-6 seen on one CPU)
+        torch.testing.assert_close(pv[real], v[real], atol=1e-6, rtol=1e-5)
         assert float(pv[~real].abs().max()) == 0.0
         assert float(v[real].std()) > 1e-3
 

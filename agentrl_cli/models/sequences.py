@@ -264,25 +264,36 @@ class _HeadLogprobs(torch.autograd.Function):
 
 
 def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
-                         chunk: int = 512) -> torch.Tensor:
+                         chunk: int = 512, where: torch.Tensor | None = None) -> torch.Tensor:
     """log p(ids[:, t+1] | prefix) for t < L-1 -> [B, L-1].
 
     With `chunk` > 0 the logits exist for `chunk` tokens at a time (counted over all rows), and
     under autograd each chunk is recomputed in backward, so only the hidden states are kept: the
     extra memory is chunk x vocab instead of B x L x vocab, for one more LM-head matmul.
     `chunk=0` computes the whole sequence at once (the plain reference).
+    `where` ([B, L-1] bool): only these entries are needed (the trainer's: targets that are
+    policy tokens, a small share of an agent's episode); the LM head runs on their hidden states
+    only and every other entry is 0.
     """
     head = model.get_output_embeddings()
     if not chunk or hidden.shape[1] < 2:
-        return _piece_logprobs(head, hidden[:, :-1], ids[:, 1:], temperature)
+        lp = _piece_logprobs(head, hidden[:, :-1], ids[:, 1:], temperature)
+        return lp if where is None else lp.masked_fill(~where, 0.0)
     B, L, H = hidden.shape
     if isinstance(head, torch.nn.Linear):
         # every position of the [B, L] grid (the last one's target is a dummy): a view of the
         # hidden states, never a copy of them
         targets = torch.cat([ids[:, 1:], ids[:, :1]], dim=1).reshape(-1)
         flat = hidden.reshape(B * L, H)
-        lp = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
-                                 max(1, int(chunk)))
+        if where is None:
+            lp = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
+                                     max(1, int(chunk)))
+            return lp.view(B, L)[:, :-1]
+        idx = torch.nn.functional.pad(where, (0, 1)).reshape(-1).nonzero().squeeze(1)
+        part = _HeadLogprobs.apply(flat.index_select(0, idx), head.weight, head.bias,
+                                   targets.index_select(0, idx), float(temperature),
+                                   max(1, int(chunk)))
+        lp = torch.zeros(B * L, dtype=part.dtype, device=part.device).index_copy(0, idx, part)
         return lp.view(B, L)[:, :-1]
     h, targets = hidden[:, :-1], ids[:, 1:]
     recompute = torch.is_grad_enabled()
@@ -292,7 +303,8 @@ def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, tempera
         args = (head, h[:, s:s + step], targets[:, s:s + step], temperature)
         parts.append(checkpoint(_piece_logprobs, *args, use_reentrant=False) if recompute
                      else _piece_logprobs(*args))
-    return torch.cat(parts, dim=1)
+    lp = torch.cat(parts, dim=1)
+    return lp if where is None else lp.masked_fill(~where, 0.0)
 
 
 def token_logprobs(model, ids, attn, temperature: float = 1.0, chunk: int = 512) -> torch.Tensor:

@@ -125,18 +125,22 @@ def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512, pack
     the models allow it (`can_pack`) and no episode's context was reset; the outputs are the
     padded forward's (0 on padding) in the same [b, L] layout.
     `logprobs=False`: values only (no LM head; with a separate critic, no policy forward).
+    Log-probs are computed for policy tokens only (`mb.response_mask`, all a loss, a KL term or
+    a scoring pass reads) and are 0 elsewhere: the LM head runs on about a tenth of an agent
+    episode's tokens.
     The inputs go to the model's device; the outputs stay there."""
     dev = next(model.parameters()).device
     ids = mb.input_ids.to(dev)
+    policy = mb.response_mask.to(dev) > 0
     window = mb.window_index.to(dev) if mb.window_index is not None else None
     if pack and _packable(model, critic, window):
-        return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), temperature, chunk,
-                               logprobs)
+        return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), policy, temperature,
+                               chunk, logprobs)
     need_h = logprobs or (critic is not None and not is_separate(critic))
     h = hidden_states(model, ids, mb.attention_mask.to(dev), window) if need_h else None
     lp = None
     if logprobs:
-        lp = logprobs_from_hidden(model, h, ids, temperature, chunk)
+        lp = logprobs_from_hidden(model, h, ids, temperature, chunk, where=policy[:, 1:])
         lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     values = None
     if critic is not None:
@@ -152,14 +156,18 @@ def _packable(model, critic, window) -> bool:
     return can_pack(model) and (not is_separate(critic) or can_pack(critic.model))
 
 
-def _packed_forward(model, critic, ids, attn, temperature: float, chunk: int, logprobs: bool):
+def _packed_forward(model, critic, ids, attn, policy, temperature: float, chunk: int,
+                    logprobs: bool):
     flat, pos, bounds = pack_rows(ids, attn)
     separate = is_separate(critic)
     need_h = logprobs or (critic is not None and not separate)
     h = packed_hidden_states(model, flat, pos, bounds) if need_h else None     # [1, T, H]
     lp = values = None
     if logprobs:
-        lp = unpack_next(logprobs_from_hidden(model, h, flat, temperature, chunk)[0], attn, bounds)
+        # a policy token never starts an episode, so no needed entry crosses into the next row
+        where = policy[attn.bool()][None, 1:]
+        lp = unpack_next(logprobs_from_hidden(model, h, flat, temperature, chunk, where)[0],
+                         attn, bounds)
     if critic is not None:
         hv = packed_hidden_states(critic.model, flat, pos, bounds) if separate else h
         values = unpack_next(critic(hv[0, :-1].float()).squeeze(-1), attn, bounds)
