@@ -112,6 +112,7 @@ class _Packed:
         self.valid = (j <= self.count[:, None]) & (j > 0)
         self._empty = ~self.valid
         self.last = self.count
+        self.keep = keep                                    # [B, L] 0/1 float: packed or not
         self._slot = seen.mul_(keep).to(torch.long)         # rank, or 0 (the dump) if not packed
         self.order = torch.zeros(B, W, dtype=torch.long, device=device).scatter_(
             1, self._slot, torch.arange(L, device=device).expand(B, L))
@@ -272,8 +273,9 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
     packed = _Packed(response_mask)
     v = packed.pack(values)
     delta = packed.add_at_last(_shift_left(v).mul_(gamma).sub_(v), rewards)  # empty slots: 0
-    adv = _discounted_suffix_sum(delta, gamma * lam)
-    return packed.unpack(adv), packed.unpack(adv.add_(v))
+    adv = packed.unpack(_discounted_suffix_sum(delta, gamma * lam))
+    # returns = adv + values on policy tokens: one fused pass instead of a second unpack
+    return adv, torch.addcmul(adv, values.to(adv.dtype), packed.keep.to(adv.dtype))
 
 
 # ----------------------------------------------------------------------------- MPO
