@@ -43,7 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("load", "rollout", "scoring", "update", "eval", "other")
-SKIP_METRICS = ("time/", "tokens/s", "focus/bookkeeping_seconds")   # wall clocks
+SKIP_METRICS = ("time/", "tokens/s", "focus/bookkeeping_seconds",
+                "focus/bookkeeping_share")                    # wall clocks
 
 
 # ------------------------------------------------------------------------------ child

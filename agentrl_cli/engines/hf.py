@@ -17,8 +17,9 @@ state (after the final norm, the input of the LM head and of a value head) is ke
 
 The cache is preallocated: each layer's keys and values are views of buffers with spare
 columns (grown by half, at least 64 columns, when full), and a forward writes its new columns
-in place instead of concatenating the whole cache every token. `fork`, `keep` and `pack` may
-replace a layer's tensors; the next forward adopts them into a fresh buffer.
+in place instead of concatenating the whole cache every token. `fork` and `add_row` write the
+new row into a spare row of the buffers (a quarter more rows, at least 8, when full); `keep`
+and `pack` replace a layer's tensors and the next forward adopts them into a fresh buffer.
 """
 from __future__ import annotations
 
@@ -125,19 +126,48 @@ def _reserve(layer, rows: int, width: int, like_k: torch.Tensor, like_v: torch.T
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
     S = keys.shape[2] if keys is not None and keys.dim() == 4 else 0
     kb, vb = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
-    in_place = (kb is not None and S > 0 and kb.shape[0] == rows and kb.shape[2] >= S + width
-                and keys.data_ptr() == kb.data_ptr() and keys.stride() == kb.stride()
-                and values.data_ptr() == vb.data_ptr() and values.stride() == vb.stride())
-    if not in_place:
+    view = S > 0 and _in_buffers(layer) and keys.shape[0] == rows
+    if not (view and kb.shape[2] >= S + width):
         cap = S + width + max(64, (S + width) // 2)
-        kb = like_k.new_zeros((rows, like_k.shape[1], cap, like_k.shape[3]))
-        vb = like_v.new_zeros((rows, like_v.shape[1], cap, like_v.shape[3]))
+        row_cap = kb.shape[0] if view else rows          # spare rows (see `_row_room`) stay
+        kb = like_k.new_zeros((row_cap, like_k.shape[1], cap, like_k.shape[3]))
+        vb = like_v.new_zeros((row_cap, like_v.shape[1], cap, like_v.shape[3]))
         if S:
-            kb[:, :, :S] = keys
-            vb[:, :, :S] = values
+            kb[:rows, :, :S] = keys
+            vb[:rows, :, :S] = values
         layer._kbuf, layer._vbuf = kb, vb
-    layer.keys, layer.values = kb[:, :, :S + width], vb[:, :, :S + width]
+    layer.keys, layer.values = kb[:rows, :, :S + width], vb[:rows, :, :S + width]
     return kb, vb, S
+
+
+def _in_buffers(layer) -> bool:
+    """Whether a layer's keys/values are views of its own preallocated buffers (first rows,
+    first columns)."""
+    kb, vb = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
+    k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
+    return (kb is not None and k is not None and k.dim() == 4 and k.data_ptr() == kb.data_ptr()
+            and k.stride() == kb.stride() and v.data_ptr() == vb.data_ptr()
+            and v.stride() == vb.stride())
+
+
+def _row_room(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Buffers of a growing layer with room for one more row after its current ones (fork and
+    add_row append rows): the layer's own when they have a spare row, else new ones with a
+    quarter more rows (at least 8) and spare columns, holding the current keys/values (which
+    become views of them). Appending a row then writes one row instead of concatenating the
+    whole cache and adopting the result into new buffers (two copies per fork)."""
+    k, v = layer.keys, layer.values
+    n, S = k.shape[0], k.shape[2]
+    if _in_buffers(layer) and layer._kbuf.shape[0] > n:
+        return layer._kbuf, layer._vbuf
+    rows, cap = n + 1 + max(8, n // 4), S + max(64, S // 2)
+    kb = k.new_zeros((rows, k.shape[1], cap, k.shape[3]))
+    vb = v.new_zeros((rows, v.shape[1], cap, v.shape[3]))
+    kb[:n, :, :S] = k
+    vb[:n, :, :S] = v
+    layer._kbuf, layer._vbuf = kb, vb
+    layer.keys, layer.values = kb[:n, :, :S], vb[:n, :, :S]
+    return kb, vb
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,8 +183,9 @@ def _growing_layer_class():
                 self.lazy_initialization(key_states, value_states)
             kb, vb, S = _reserve(self, key_states.shape[0], key_states.shape[2], key_states,
                                  value_states)
-            kb[:, :, S:S + key_states.shape[2]] = key_states
-            vb[:, :, S:S + value_states.shape[2]] = value_states
+            n = key_states.shape[0]                  # the buffers may hold spare rows
+            kb[:n, :, S:S + key_states.shape[2]] = key_states
+            vb[:n, :, S:S + value_states.shape[2]] = value_states
             return self.keys, self.values
 
     return GrowingLayer
@@ -262,8 +293,8 @@ class KVBatch:
             # the full cache lives in buffers with spare columns, so adding columns does not
             # copy the whole cache every forward; the other rows' new columns are holes
             kb, vb, _ = _reserve(layer, self.n, width, nk, nv)
-            kb[:, :, S:S + width] = 0
-            vb[:, :, S:S + width] = 0
+            kb[:self.n, :, S:S + width] = 0
+            vb[:self.n, :, S:S + width] = 0
             kb[idx, :, S:S + width] = nk
             vb[idx, :, S:S + width] = nv
         mask = torch.cat([self.mask, self.mask.new_zeros((self.n, width))], dim=1)
@@ -316,6 +347,17 @@ class KVBatch:
         for i, layer in enumerate(self.cache.layers):
             if getattr(layer, "keys", None) is None:
                 continue
+            if isinstance(layer, _growing_layer_class()) and layer.keys.dim() == 4:
+                n, S = layer.keys.shape[0], layer.keys.shape[2]
+                kb, vb = _row_room(layer)
+                if keys_values is None:
+                    kb[n, :, :S] = 0
+                    vb[n, :, :S] = 0
+                else:                       # views of the source row: different rows, no overlap
+                    kb[n, :, :S] = keys_values[i][0][0]
+                    vb[n, :, :S] = keys_values[i][1][0]
+                layer.keys, layer.values = kb[:n + 1, :, :S], vb[:n + 1, :, :S]
+                continue
             if keys_values is None:
                 k = layer.keys.new_zeros((1, *layer.keys.shape[1:]))
                 v = layer.values.new_zeros((1, *layer.values.shape[1:]))
@@ -359,7 +401,7 @@ class KVBatch:
         keep = prefix_len - 1
         row_mask = self.mask[src_row].clone()
         row_mask[row_mask.cumsum(0) > keep] = 0
-        kv = [(layer.keys[src_row:src_row + 1].clone(), layer.values[src_row:src_row + 1].clone())
+        kv = [(layer.keys[src_row:src_row + 1], layer.values[src_row:src_row + 1])
               if getattr(layer, "keys", None) is not None else None for layer in self.cache.layers]
         new = self._append_rows(kv, row_mask)
         self.lengths[new] = keep
