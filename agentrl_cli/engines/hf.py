@@ -140,6 +140,21 @@ def _reserve(layer, rows: int, width: int, like_k: torch.Tensor, like_v: torch.T
     return kb, vb, S
 
 
+def _gather_rows(sub_layer, layer, idx: torch.Tensor, width: int) -> None:
+    """Give a growing layer of a sub-batch cache the rows `idx` of `layer`'s keys/values, in
+    buffers with exactly `width` free columns: one copy (the gather), and the model's forward
+    then writes its new columns in place instead of concatenating the gathered cache."""
+    k, v = layer.keys, layer.values
+    S = k.shape[2]
+    kb = k.new_empty((idx.numel(), k.shape[1], S + width, k.shape[3]))
+    vb = v.new_empty((idx.numel(), v.shape[1], S + width, v.shape[3]))
+    torch.index_select(k, 0, idx, out=kb[:, :, :S])
+    torch.index_select(v, 0, idx, out=vb[:, :, :S])
+    sub_layer.lazy_initialization(k, v)
+    sub_layer._kbuf, sub_layer._vbuf = kb, vb
+    sub_layer.keys, sub_layer.values = kb[:, :, :S], vb[:, :, :S]
+
+
 def _in_buffers(layer) -> bool:
     """Whether a layer's keys/values are views of its own preallocated buffers (first rows,
     first columns)."""
@@ -262,8 +277,6 @@ class KVBatch:
         """Feed only `rows` (chunks left-padded to a common length): the other rows get hole
         columns but no compute. The fed rows' cache is gathered into a sub-batch cache, and
         their new K/V are written back into the new columns."""
-        from transformers import DynamicCache
-
         width = max(len(c) for c in chunks)
         m = len(rows)
         ids = torch.full((m, width), self.pad_id, dtype=torch.long)
@@ -275,10 +288,13 @@ class KVBatch:
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         pos = (self.lengths[idx][:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         S = self.mask.shape[1]
-        sub = DynamicCache(config=self.model.config)
+        sub = _growing_cache(self.model.config)
         for i, layer in enumerate(self.cache.layers):
             if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
-                sub.update(layer.keys[idx], layer.values[idx], i)
+                if S and i < len(sub.layers) and isinstance(sub.layers[i], _growing_layer_class()):
+                    _gather_rows(sub.layers[i], layer, idx, width)
+                else:
+                    sub.update(layer.keys[idx], layer.values[idx], i)
         out = self.model(input_ids=ids, attention_mask=torch.cat([self.mask[idx], new_mask], dim=1),
                          position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
                          logits_to_keep=1, output_hidden_states=self.keep_hidden)
@@ -291,10 +307,9 @@ class KVBatch:
                 layer.keys = nk.new_zeros((self.n, nk.shape[1], 0, nk.shape[3]))
                 layer.values = nv.new_zeros((self.n, nv.shape[1], 0, nv.shape[3]))
             # the full cache lives in buffers with spare columns, so adding columns does not
-            # copy the whole cache every forward; the other rows' new columns are holes
+            # copy the whole cache every forward; the other rows' new columns are holes (zeros:
+            # a buffer column is written once, by the forward that adds it)
             kb, vb, _ = _reserve(layer, self.n, width, nk, nv)
-            kb[:self.n, :, S:S + width] = 0
-            vb[:self.n, :, S:S + width] = 0
             kb[idx, :, S:S + width] = nk
             vb[idx, :, S:S + width] = nv
         mask = torch.cat([self.mask, self.mask.new_zeros((self.n, width))], dim=1)
