@@ -16,7 +16,7 @@ cache columns no remaining row attends to). With `keep_hidden = True` each row's
 state (after the final norm, the input of the LM head and of a value head) is kept as well.
 
 The cache is preallocated: each layer's keys and values are views of buffers with spare
-columns (grown by half, at least 64 columns, when full), and a forward writes its new columns
+columns (grown by a quarter, at least 64 columns, when full), and a forward writes its new columns
 in place instead of concatenating the whole cache every token. `fork` and `add_row` write the
 new row into a spare row of the buffers (a quarter more rows, at least 8, when full); `keep`
 and `pack` replace a layer's tensors and the next forward adopts them into a fresh buffer.
@@ -128,7 +128,7 @@ def _reserve(layer, rows: int, width: int, like_k: torch.Tensor, like_v: torch.T
     kb, vb = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
     view = S > 0 and _in_buffers(layer) and keys.shape[0] == rows
     if not (view and kb.shape[2] >= S + width):
-        cap = S + width + max(64, (S + width) // 2)
+        cap = S + width + max(64, (S + width) // 4)
         row_cap = kb.shape[0] if view else rows          # spare rows (see `_row_room`) stay
         kb = like_k.new_zeros((row_cap, like_k.shape[1], cap, like_k.shape[3]))
         vb = like_v.new_zeros((row_cap, like_v.shape[1], cap, like_v.shape[3]))
@@ -175,7 +175,7 @@ def _row_room(layer) -> tuple[torch.Tensor, torch.Tensor]:
     n, S = k.shape[0], k.shape[2]
     if _in_buffers(layer) and layer._kbuf.shape[0] > n:
         return layer._kbuf, layer._vbuf
-    rows, cap = n + 1 + max(8, n // 4), S + max(64, S // 2)
+    rows, cap = n + 1 + max(8, n // 4), S + max(64, S // 4)
     kb = k.new_zeros((rows, k.shape[1], cap, k.shape[3]))
     vb = v.new_zeros((rows, v.shape[1], cap, v.shape[3]))
     kb[:n, :, :S] = k
