@@ -488,6 +488,19 @@ class KVBatch:
             if getattr(layer, "keys", None) is None:
                 continue
             g = idx[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            if isinstance(layer, _growing_layer_class()):
+                # straight into new buffers with spare rows and columns: no intermediate copy
+                # for the next forward to adopt
+                k, v = layer.keys, layer.values
+                rows = k.shape[0] + max(8, k.shape[0] // 4)
+                cap = width + max(64, width // 4)
+                kb = k.new_zeros((rows, k.shape[1], cap, k.shape[3]))
+                vb = v.new_zeros((rows, v.shape[1], cap, v.shape[3]))
+                torch.gather(k, 2, g, out=kb[:self.n, :, :width])
+                torch.gather(v, 2, g, out=vb[:self.n, :, :width])
+                layer._kbuf, layer._vbuf = kb, vb
+                layer.keys, layer.values = kb[:self.n, :, :width], vb[:self.n, :, :width]
+                continue
             layer.keys = torch.gather(layer.keys, 2, g)
             layer.values = torch.gather(layer.values, 2, g)
 

@@ -150,8 +150,8 @@ def env_snapshot(env) -> Any:
 
 def compact_rows(kv, active: list, parked: list, share: int) -> list:
     """Drop the oldest parked rows (finished paths kept as fork sources) once the KV batch
-    holds more than `2 x max(share, running)` rows; repack the cache when it is more than twice
-    as wide as its longest row. Items carry a `.row` (None once dropped). Returns the parked
+    holds more than `2 x max(share, running)` rows; repack the cache when it is more than 1.5
+    times as wide as its longest row (plus 64 columns). Items carry a `.row` (None once dropped). Returns the parked
     items still holding rows."""
     if kv.n > 2 * max(share, len(active)):
         for q in parked[:-share]:
@@ -161,7 +161,7 @@ def compact_rows(kv, active: list, parked: list, share: int) -> list:
         kv.keep([q.row for q in holders])
         for i, q in enumerate(holders):
             q.row = i
-    if kv.n and kv.mask.shape[1] > 2 * int(kv.lengths.max()) + 64:
+    if kv.n and kv.mask.shape[1] > 3 * int(kv.lengths.max()) // 2 + 64:
         kv.pack()
     return parked
 
