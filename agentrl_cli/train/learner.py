@@ -215,8 +215,8 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
                     engine_tokens, policy_tokens = engine_tokens + n * from_engine, policy_tokens + n
                 total, st = _micro_loss(learner, m, lp, values, algo, weight, n_val, critic_only)
                 total.backward()
-                for key, v in st.items():
-                    stats[key] = stats.get(key, 0.0) + float(v) * weight
+                for key, (v, w) in st.items():   # each stat by its own micro-batch share
+                    stats[key] = stats.get(key, 0.0) + float(v) * w
             if critic_only:
                 for p in learner.model.parameters():
                     p.grad = None           # AdamW leaves a parameter without a gradient alone
@@ -238,7 +238,10 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
 
 def _micro_loss(learner: Learner, m: Batch, lp, values, algo, weight: float, n_val: float,
                 critic_only: bool):
-    """One micro-batch's weighted loss (policy, KL to the reference, critic) and its stats."""
+    """One micro-batch's weighted loss (policy, KL to the reference, critic) and its stats, each
+    as (value, weight): the micro-batch's share of policy tokens (or rows) for the policy's,
+    of critic targets for the critic's, so that the logged means do not depend on how a batch
+    is split into micro-batches."""
     loss, st = POLICY_LOSSES.get(algo.loss)(lp, m, algo)
     total = loss.detach() * 0.0 if critic_only else loss * weight
     if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
@@ -246,11 +249,12 @@ def _micro_loss(learner: Learner, m: Batch, lp, values, algo, weight: float, n_v
                               m.response_mask, algo.agg, algo.agg_norm)
         total = total + algo.kl_coef * kl * weight
         st["kl/ref"] = kl.detach()
+    st["loss/policy"] = loss.detach()
+    out = {k: (v, weight) for k, v in st.items()}
     if values is not None and m.returns is not None:
         vw = float(m.value_mask.sum()) / n_val
         vl, vst = losses.value_loss(values, m.returns, m.value_mask, m.old_values,
                                     clip=algo.value_clip or None)
         total = total + algo.vf_coef * vl * vw
-        st = {**st, **vst, "loss/critic": vl.detach()}
-    st["loss/policy"] = loss.detach()
-    return total, st
+        out.update({k: (v, vw) for k, v in {**vst, "loss/critic": vl.detach()}.items()})
+    return total, out
