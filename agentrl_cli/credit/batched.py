@@ -267,7 +267,7 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
     delta = packed.add_at_last(_shift_left(v).mul_(gamma).sub_(v), rewards)  # empty slots: 0
     adv = packed.unpack(_discounted_suffix_sum(delta, gamma * lam))
     # returns = adv + values on policy tokens: one pass instead of a second unpack
-    return adv, torch.where(packed.keep, adv + values.to(adv.dtype), 0.0)
+    return adv, (adv + values.to(adv.dtype)).masked_fill_(~packed.keep, 0.0)
 
 
 # ----------------------------------------------------------------------------- MPO
