@@ -130,8 +130,8 @@ def _reserve(layer, rows: int, width: int, like_k: torch.Tensor, like_v: torch.T
     if not (view and kb.shape[2] >= S + width):
         cap = S + width + max(64, (S + width) // 4)
         row_cap = kb.shape[0] if view else rows          # spare rows (see `_row_room`) stay
-        kb = like_k.new_zeros((row_cap, like_k.shape[1], cap, like_k.shape[3]))
-        vb = like_v.new_zeros((row_cap, like_v.shape[1], cap, like_v.shape[3]))
+        kb = _buffer(like_k, row_cap, cap, rows if S else 0, S)
+        vb = _buffer(like_v, row_cap, cap, rows if S else 0, S)
         if S:
             kb[:rows, :, :S] = keys
             vb[:rows, :, :S] = values
@@ -155,6 +155,16 @@ def _gather_rows(sub_layer, layer, idx: torch.Tensor, width: int) -> None:
     sub_layer.keys, sub_layer.values = kb[:, :, :S], vb[:, :, :S]
 
 
+def _buffer(like: torch.Tensor, rows: int, cols: int, filled_rows: int, filled_cols: int):
+    """A [rows, heads, cols, head_dim] cache buffer whose first `filled_rows` x `filled_cols`
+    block the caller is about to overwrite: everything else is zeroed (hole and spare columns
+    must hold zeros, see `_forward_rows`), that block is not (written once instead of twice)."""
+    buf = like.new_empty((rows, like.shape[1], cols, like.shape[3]))
+    buf[filled_rows:].zero_()
+    buf[:filled_rows, :, filled_cols:].zero_()
+    return buf
+
+
 def _in_buffers(layer) -> bool:
     """Whether a layer's keys/values are views of its own preallocated buffers (first rows,
     first columns)."""
@@ -176,8 +186,8 @@ def _row_room(layer) -> tuple[torch.Tensor, torch.Tensor]:
     if _in_buffers(layer) and layer._kbuf.shape[0] > n:
         return layer._kbuf, layer._vbuf
     rows, cap = n + 1 + max(8, n // 4), S + max(64, S // 4)
-    kb = k.new_zeros((rows, k.shape[1], cap, k.shape[3]))
-    vb = v.new_zeros((rows, v.shape[1], cap, v.shape[3]))
+    kb = _buffer(k, rows, cap, n, S)
+    vb = _buffer(v, rows, cap, n, S)
     kb[:n, :, :S] = k
     vb[:n, :, :S] = v
     layer._kbuf, layer._vbuf = kb, vb
@@ -494,8 +504,8 @@ class KVBatch:
                 k, v = layer.keys, layer.values
                 rows = k.shape[0] + max(8, k.shape[0] // 4)
                 cap = width + max(64, width // 4)
-                kb = k.new_zeros((rows, k.shape[1], cap, k.shape[3]))
-                vb = v.new_zeros((rows, v.shape[1], cap, v.shape[3]))
+                kb = _buffer(k, rows, cap, self.n, width)
+                vb = _buffer(v, rows, cap, self.n, width)
                 torch.gather(k, 2, g, out=kb[:self.n, :, :width])
                 torch.gather(v, 2, g, out=vb[:self.n, :, :width])
                 layer._kbuf, layer._vbuf = kb, vb
