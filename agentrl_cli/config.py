@@ -168,6 +168,8 @@ class AlgoConfig:
     """FOCUS: gain of one more continuation: plugin (MSE drop at p = cbar) | bayes (posterior-variance drop)."""
     focus_baseline: str = "refined"
     """FOCUS: the values a path's advantages use: refined (V~, the paper's) | loo (V~ recomputed without the path's own leaf, so its outcome is not in its own baseline)."""
+    focus_prior: str = "critic"
+    """FOCUS: what a node's refined value shrinks its evidence toward (Eq. 1's V(s)): critic (the critic's value, the paper's) | tree (the mean reward of the task's tree this step, the same for every node: a critic-free prior, GRPO's group mean refined by the tree's own evidence at its branch points; the allocator still reads the critic)."""
     focus_evidence: str = "own"
     """FOCUS: a node's evidence n, cbar: own (its own samples: the path that created it and the continuations launched from it, as in the paper) | subtree (every completed leaf below it; ablation)."""
     focus_norm: str = "none"
@@ -304,6 +306,7 @@ _CHOICES = {
     "env.relations": ("single", "full"),
     "env.repos": ("per-task", "shared"),
     "algo.focus_baseline": ("refined", "loo"),
+    "algo.focus_prior": ("critic", "tree"),
     "algo.focus_evidence": ("own", "subtree"),
     "algo.focus_norm": ("tree", "none"),
     "algo.focus_critic_targets": ("nodes", "tokens"),

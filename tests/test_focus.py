@@ -1,6 +1,8 @@
 """FOCUS: tree rollouts, allocation, refined values and credit, and an end-to-end training run."""
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 from pathlib import Path
@@ -387,6 +389,47 @@ def test_leave_one_out_values_keep_a_path_out_of_its_own_baseline():
     t.refine(kappa=1.0, gamma=gamma)
     assert t.path_values_loo(0, 1.0, gamma) == pytest.approx(before)
     assert t.path_values(0) != pytest.approx(before)
+
+
+def test_tree_prior_replaces_the_critic_in_the_refined_values():
+    """`algo.focus_prior=tree` on `_hand_tree`: every node's V(s) in Eq. 1 is the tree's mean
+    reward m = 2/3; with leave-one-out values an unbranched stretch's baseline is m itself."""
+    t = _hand_tree()
+    gamma = 0.9
+    m = t.mean_reward()
+    assert m == pytest.approx(2 / 3)
+    t.refine(kappa=1.0, gamma=gamma, prior=m)
+    v1 = (m + 2 * 0.5) / 3
+    v4 = (m + 1.0) / 2
+    v0 = (m + 2 * gamma * (v1 + v4) / 2) / 3
+    assert [nd.V_tilde for nd in t.nodes] == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
+    # path 2 out: node 4 has no evidence left and falls back to the prior, not its critic (0.2)
+    v1_all = (m + 1.0 + 0.0) / 3
+    assert t.path_values_loo(2, 1.0, gamma, prior=m) == pytest.approx(
+        [(m + gamma * v1_all + gamma * m) / 3, m])
+    t.refine(kappa=1.0, gamma=gamma)                   # the critic again: different values
+    assert t.nodes[4].V_tilde == pytest.approx((0.2 + 1.0) / 2)
+
+
+def test_focus_prior_reaches_the_estimator(micro_policy):
+    """The controller refines with the tree's mean reward when asked."""
+    head = random_value_head(micro_policy[0])
+    tasks = micro_policy[3].tasks("train", 2)
+    algo = _algo(focus_roots=2, focus_prior="tree")
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
+    moved = False
+    for tree in res.extras["trees"]:
+        got = [nd.V_tilde for nd in tree.nodes]
+        want = copy.deepcopy(tree)
+        want.refine(algo.kappa, algo.gamma, prior=tree.mean_reward())
+        assert got == pytest.approx([nd.V_tilde for nd in want.nodes])
+        want.refine(algo.kappa, algo.gamma)              # what the critic prior gives
+        moved |= got != pytest.approx([nd.V_tilde for nd in want.nodes])
+        mine = [v for e, v in zip(res.episodes, res.extras["focus_values"]) if e.group == tree.group]
+        assert sorted(mine) == sorted(tree.path_values(p) for p in tree.paths)
+    assert moved
+    with pytest.raises(config.ConfigError, match="focus_prior"):
+        _algo(focus_prior="mean")
 
 
 def test_focus_baseline_loo_reaches_the_estimator(micro_policy):

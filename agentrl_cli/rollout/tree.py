@@ -152,14 +152,16 @@ class Tree:
             node_id = self.nodes[node_id].parent
         return out[::-1]
 
-    def refine(self, kappa: float, gamma: float) -> None:
+    def refine(self, kappa: float, gamma: float, prior: float | None = None) -> None:
         """Fill G_bar and V_tilde of every node with `credit.refine_values` (Eq. 1).
 
         A node whose critic value was never computed (cannot happen for a finished tree) uses
-        0.5, the untrained value head's output."""
+        0.5, the untrained value head's output. `prior` (`algo.focus_prior=tree`: the tree's
+        mean reward) replaces every node's critic value in Eq. 1."""
         parent = [nd.parent for nd in self.nodes]
         leaf = [nd.reward for nd in self.nodes]
-        critic = [0.0 if nd.terminal else _critic(nd) for nd in self.nodes]
+        critic = [0.0 if nd.terminal else (_critic(nd) if prior is None else prior)
+                  for nd in self.nodes]
         g_bar, v_tilde = refine_values(parent, leaf, critic, kappa, gamma)
         for nd, gb, vt in zip(self.nodes, g_bar, v_tilde):
             nd.G_bar, nd.V_tilde = gb, vt
@@ -168,15 +170,21 @@ class Tree:
         """[V_tilde(s_0), ..., V_tilde(s_{K-1})] of a finished path (its non-leaf states)."""
         return [self.nodes[i].V_tilde for i in self.paths[path][:-1]]
 
-    def path_values_loo(self, path: int, kappa: float, gamma: float) -> list[float]:
+    def mean_reward(self) -> float:
+        """Mean reward of the tree's finished paths (0.5 if none finished)."""
+        rewards = [nd.reward for nd in self.nodes if nd.terminal and nd.reward is not None]
+        return sum(rewards) / len(rewards) if rewards else 0.5
+
+    def path_values_loo(self, path: int, kappa: float, gamma: float,
+                        prior: float | None = None) -> list[float]:
         """`path_values` with the path's own leaf left out (`algo.focus_baseline=loo`).
 
         Bottom-up along the path, each node's `V~` is recomputed (Eq. 1) from its children
         without the path's leaf: the on-path child contributes its own leave-one-out value, the
         other children their usual targets, and a node left without evidence falls back to its
-        critic value. So `R` never enters the baseline it is compared with; e.g. on an
-        unbranched path `V~_-(s_k) = (kappa V(s_k) + V(s_{k+1})) / (kappa + 1)`. Call after
-        `refine`."""
+        critic value (or `prior`, as in `refine`). So `R` never enters the baseline it is compared
+        with; e.g. on an unbranched path `V~_-(s_k) = (kappa V(s_k) + V(s_{k+1})) / (kappa + 1)`.
+        Call after `refine` (with the same `prior`)."""
         ids = self.paths[path]
         out: list[float] = []
         below: float | None = None             # LOO value of the on-path child (None: own leaf)
@@ -192,8 +200,8 @@ class Tree:
                     targets.append(float(ch.reward))
                 else:
                     targets.append(gamma * ch.V_tilde)
-            below = (calibrated(_critic(nd), len(targets), sum(targets) / len(targets), kappa)
-                     if targets else _critic(nd))
+            v = _critic(nd) if prior is None else prior
+            below = calibrated(v, len(targets), sum(targets) / len(targets), kappa) if targets else v
             out.append(below)
         return out[::-1]
 
