@@ -80,44 +80,52 @@ class _Packed:
 
     After packing, "the next policy token" is simply the next column, so environment tokens and
     padding disappear from the recursions. Packed tensors are [B, width]: column 0 is a dump
-    (empty in every row), row b's policy tokens fill slots 1..count[b] in order, and at least
-    one empty slot follows (`width` = the largest count + 2, rounded up to a multiple of
-    `_SCAN_CHUNK` so that the scans need no padding). `valid[b, j]` says whether slot j holds a
-    token; `last[b] = count[b]` is the slot of row b's last policy token (the dump if the row
-    has none); `keep` is the [B, L] bool mask of packed positions.
+    that every position which is not packed maps to (empty in every row), row b's policy tokens
+    fill slots 1..count[b] in order, and at least one empty slot follows (`width` = the largest
+    count + 2, rounded up to a multiple of `_SCAN_CHUNK` so that the scans need no padding).
+    `order[b, j]` is the position of row b's token in slot j; `valid[b, j]` says whether slot j
+    holds a token; `last[b] = count[b]` is the slot of row b's last policy token (the dump if
+    the row has none).
 
-    Packing and unpacking are a `masked_select` and a `masked_scatter_` (both walk the masks in
-    row-major order, which is the slots' order): no [B, L] index tensors. On a CPU every extra
-    [B, L] pass or fresh buffer costs more than the arithmetic: the index tensors of a
-    gather-based packing (8-byte slot numbers over [B, L], positions over [B, width]) were
-    most of this class's memory traffic, and their fresh pages most of its page faults.
+    Built with one float cumsum and one scatter; unpacking is one gather. On a CPU, integer
+    cumsums and cummins, and every extra [B, L] pass or fresh buffer (page faults), cost more
+    than the arithmetic. Slot numbers are exact while L < 2^24 (float64 beyond).
     """
 
     def __init__(self, response_mask: Tensor, turn_index: Tensor | None = None):
         """Packs the positions where `response_mask > 0` (and `turn_index >= 0` if given)."""
         B, L = response_mask.shape
         self.L = L
-        keep = response_mask > 0
+        device = response_mask.device
+        ftype = torch.float32 if L < 2 ** 24 else torch.float64
+        # 0/1 in float: comparisons written straight into float buffers and float products are
+        # about twice as fast on a CPU as bool tensors and bool -> float conversions
+        keep = torch.gt(response_mask, 0, out=torch.empty(B, L, dtype=ftype, device=device))
         if turn_index is not None:
-            keep &= turn_index >= 0
-        self.keep = keep
-        self.count = keep.sum(1) if L else torch.zeros(B, dtype=torch.long,
-                                                       device=response_mask.device)
+            keep.mul_(torch.ge(turn_index, 0, out=torch.empty_like(keep)))
+        seen = keep.cumsum(1)                               # rank among the row's policy tokens
+        self.count = seen[:, -1].to(torch.long) if L else torch.zeros(B, dtype=torch.long,
+                                                                        device=device)
         self.max_count = int(self.count.max()) if B else 0
         W = self.width = -(-(self.max_count + 2) // _SCAN_CHUNK) * _SCAN_CHUNK
-        j = torch.arange(W, device=response_mask.device)
+        j = torch.arange(W, device=device)
         self.valid = (j <= self.count[:, None]) & (j > 0)
+        self._empty = ~self.valid
         self.last = self.count
+        self.keep = keep                                    # [B, L] 0/1 float: packed or not
+        self._slot = seen.mul_(keep).to(torch.long)         # rank, or 0 (the dump) if not packed
+        self.order = torch.zeros(B, W, dtype=torch.long, device=device).scatter_(
+            1, self._slot, torch.arange(L, device=device).expand(B, L))
 
     def pack(self, x: Tensor, fill=0) -> Tensor:
         """[B, L] -> [B, width]; empty slots (the dump included) get `fill`."""
-        out = x.new_full((x.shape[0], self.width), fill)
-        return out.masked_scatter_(self.valid, x.masked_select(self.keep))
+        return x.gather(1, self.order).masked_fill_(self._empty, fill)
 
     def unpack(self, x: Tensor) -> Tensor:
-        """[B, width] -> [B, L]; positions that are not policy tokens get 0."""
-        out = x.new_zeros((x.shape[0], self.L))
-        return out.masked_scatter_(self.keep, x.masked_select(self.valid))
+        """[B, width] -> [B, L]; positions that are not policy tokens get 0. Sets x's dump
+        column to 0 in place; other empty slots of x are ignored."""
+        x[:, 0] = 0
+        return x.gather(1, self._slot)
 
     def add_at_last(self, x: Tensor, value: Tensor) -> Tensor:
         """`x[b, last[b]] += value[b]` in place (into the dump for a row without tokens)."""
@@ -266,8 +274,8 @@ def gae_token_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor,
     v = packed.pack(values)
     delta = packed.add_at_last(_shift_left(v).mul_(gamma).sub_(v), rewards)  # empty slots: 0
     adv = packed.unpack(_discounted_suffix_sum(delta, gamma * lam))
-    # returns = adv + values on policy tokens: one pass instead of a second unpack
-    return adv, (adv + values.to(adv.dtype)).masked_fill_(~packed.keep, 0.0)
+    # returns = adv + values on policy tokens: one fused pass instead of a second unpack
+    return adv, torch.addcmul(adv, values.to(adv.dtype), packed.keep.to(adv.dtype))
 
 
 # ----------------------------------------------------------------------------- MPO
