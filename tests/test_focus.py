@@ -405,7 +405,7 @@ def test_tree_prior_replaces_the_critic_in_the_refined_values():
     assert [nd.V_tilde for nd in t.nodes] == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
     # path 2 out: node 4 has no evidence left and falls back to the prior, not its critic (0.2)
     v1_all = (m + 1.0 + 0.0) / 3
-    assert t.path_values_loo(2, 1.0, gamma, prior=m) == pytest.approx(
+    assert t.path_values_loo(2, 1.0, gamma) == pytest.approx(
         [(m + gamma * v1_all + gamma * m) / 3, m])
     t.refine(kappa=1.0, gamma=gamma)                   # the critic again: different values
     assert t.nodes[4].V_tilde == pytest.approx((0.2 + 1.0) / 2)

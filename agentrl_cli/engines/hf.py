@@ -128,16 +128,26 @@ def _reserve(layer, rows: int, width: int, like_k: torch.Tensor, like_v: torch.T
     kb, vb = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
     view = S > 0 and _in_buffers(layer) and keys.shape[0] == rows
     if not (view and kb.shape[2] >= S + width):
-        cap = S + width + max(64, (S + width) // 4)
+        cap = _with_room(S + width, 64)
         row_cap = kb.shape[0] if view else rows          # spare rows (see `_row_room`) stay
         kb = _buffer(like_k, row_cap, cap, rows if S else 0, S)
         vb = _buffer(like_v, row_cap, cap, rows if S else 0, S)
         if S:
             kb[:rows, :, :S] = keys
             vb[:rows, :, :S] = values
-        layer._kbuf, layer._vbuf = kb, vb
-    layer.keys, layer.values = kb[:rows, :, :S + width], vb[:rows, :, :S + width]
+    _adopt(layer, kb, vb, rows, S + width)
     return kb, vb, S
+
+
+def _with_room(n: int, least: int) -> int:
+    """`n` plus the spare a cache buffer is given when it grows: a quarter, at least `least`."""
+    return n + max(least, n // 4)
+
+
+def _adopt(layer, kb: torch.Tensor, vb: torch.Tensor, rows: int, cols: int) -> None:
+    """Make `kb` / `vb` the layer's buffers, its keys/values their first `rows` x `cols`."""
+    layer._kbuf, layer._vbuf = kb, vb
+    layer.keys, layer.values = kb[:rows, :, :cols], vb[:rows, :, :cols]
 
 
 def _gather_rows(sub_layer, layer, idx: torch.Tensor, width: int) -> None:
@@ -151,8 +161,7 @@ def _gather_rows(sub_layer, layer, idx: torch.Tensor, width: int) -> None:
     torch.index_select(k, 0, idx, out=kb[:, :, :S])
     torch.index_select(v, 0, idx, out=vb[:, :, :S])
     sub_layer.lazy_initialization(k, v)
-    sub_layer._kbuf, sub_layer._vbuf = kb, vb
-    sub_layer.keys, sub_layer.values = kb[:, :, :S], vb[:, :, :S]
+    _adopt(sub_layer, kb, vb, idx.numel(), S)
 
 
 def _buffer(like: torch.Tensor, rows: int, cols: int, filled_rows: int, filled_cols: int):
@@ -185,13 +194,12 @@ def _row_room(layer) -> tuple[torch.Tensor, torch.Tensor]:
     n, S = k.shape[0], k.shape[2]
     if _in_buffers(layer) and layer._kbuf.shape[0] > n:
         return layer._kbuf, layer._vbuf
-    rows, cap = n + 1 + max(8, n // 4), S + max(64, S // 4)
+    rows, cap = _with_room(n, 8) + 1, _with_room(S, 64)
     kb = _buffer(k, rows, cap, n, S)
     vb = _buffer(v, rows, cap, n, S)
     kb[:n, :, :S] = k
     vb[:n, :, :S] = v
-    layer._kbuf, layer._vbuf = kb, vb
-    layer.keys, layer.values = kb[:n, :, :S], vb[:n, :, :S]
+    _adopt(layer, kb, vb, n, S)
     return kb, vb
 
 
@@ -381,7 +389,7 @@ class KVBatch:
                 else:                       # views of the source row: different rows, no overlap
                     kb[n, :, :S] = keys_values[i][0][0]
                     vb[n, :, :S] = keys_values[i][1][0]
-                layer.keys, layer.values = kb[:n + 1, :, :S], vb[:n + 1, :, :S]
+                _adopt(layer, kb, vb, n + 1, S)
                 continue
             if keys_values is None:
                 k = layer.keys.new_zeros((1, *layer.keys.shape[1:]))
@@ -502,14 +510,12 @@ class KVBatch:
                 # straight into new buffers with spare rows and columns: no intermediate copy
                 # for the next forward to adopt
                 k, v = layer.keys, layer.values
-                rows = k.shape[0] + max(8, k.shape[0] // 4)
-                cap = width + max(64, width // 4)
+                rows, cap = _with_room(k.shape[0], 8), _with_room(width, 64)
                 kb = _buffer(k, rows, cap, self.n, width)
                 vb = _buffer(v, rows, cap, self.n, width)
                 torch.gather(k, 2, g, out=kb[:self.n, :, :width])
                 torch.gather(v, 2, g, out=vb[:self.n, :, :width])
-                layer._kbuf, layer._vbuf = kb, vb
-                layer.keys, layer.values = kb[:self.n, :, :width], vb[:self.n, :, :width]
+                _adopt(layer, kb, vb, self.n, width)
                 continue
             layer.keys = torch.gather(layer.keys, 2, g)
             layer.values = torch.gather(layer.values, 2, g)

@@ -285,15 +285,13 @@ def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, tempera
         # hidden states, never a copy of them
         targets = torch.cat([ids[:, 1:], ids[:, :1]], dim=1).reshape(-1)
         flat = hidden.reshape(B * L, H)
-        if where is None:
-            lp = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
-                                     max(1, int(chunk)))
-            return lp.view(B, L)[:, :-1]
-        idx = torch.nn.functional.pad(where, (0, 1)).reshape(-1).nonzero().squeeze(1)
-        part = _HeadLogprobs.apply(flat.index_select(0, idx), head.weight, head.bias,
-                                   targets.index_select(0, idx), float(temperature),
-                                   max(1, int(chunk)))
-        lp = torch.zeros(B * L, dtype=part.dtype, device=part.device).index_copy(0, idx, part)
+        if where is not None:          # the needed positions' hidden states only
+            idx = torch.nn.functional.pad(where, (0, 1)).reshape(-1).nonzero().squeeze(1)
+            flat, targets = flat.index_select(0, idx), targets.index_select(0, idx)
+        lp = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
+                                 max(1, int(chunk)))
+        if where is not None:
+            lp = torch.zeros(B * L, dtype=lp.dtype, device=lp.device).index_copy(0, idx, lp)
         return lp.view(B, L)[:, :-1]
     h, targets = hidden[:, :-1], ids[:, 1:]
     recompute = torch.is_grad_enabled()

@@ -335,14 +335,12 @@ class FocusPlanner:
     def result(self) -> RolloutResult:
         t0 = time.perf_counter()
         algo = self.algo
-        priors = {id(t): t.mean_reward() if algo.focus_prior == "tree" else None
-                  for t in self.trees}
         for tree in self.trees:
-            tree.refine(algo.kappa, algo.gamma, priors[id(tree)])
+            tree.refine(algo.kappa, algo.gamma,
+                        tree.mean_reward() if algo.focus_prior == "tree" else None)
         eps = [p.ep for p in self.paths]
         if algo.focus_baseline == "loo":
-            values = [p.tree.path_values_loo(p.pid, algo.kappa, algo.gamma, priors[id(p.tree)])
-                      for p in self.paths]
+            values = [p.tree.path_values_loo(p.pid, algo.kappa, algo.gamma) for p in self.paths]
         else:
             values = [p.tree.path_values(p.pid) for p in self.paths]
         targets: list[list[tuple[int, float]]] = [[] for _ in self.paths]

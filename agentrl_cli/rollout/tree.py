@@ -87,6 +87,7 @@ class Tree:
     nodes: list[Node] = field(default_factory=list)
     paths: dict[int, list[int]] = field(default_factory=dict)  # path id -> node ids root..leaf
     through: dict[int, list[int]] = field(default_factory=dict)  # node id -> path ids through it
+    prior: float | None = None    # what `refine` put in place of the critic values (None: none)
 
     def add(self, parent: int, depth: int, position: int, path: int, **kw) -> Node:
         node = Node(len(self.nodes), parent, depth, position, path, **kw)
@@ -157,7 +158,8 @@ class Tree:
 
         A node whose critic value was never computed (cannot happen for a finished tree) uses
         0.5, the untrained value head's output. `prior` (`algo.focus_prior=tree`: the tree's
-        mean reward) replaces every node's critic value in Eq. 1."""
+        mean reward) replaces every node's critic value in Eq. 1 (and in `path_values_loo`)."""
+        self.prior = prior
         parent = [nd.parent for nd in self.nodes]
         leaf = [nd.reward for nd in self.nodes]
         critic = [0.0 if nd.terminal else (_critic(nd) if prior is None else prior)
@@ -175,16 +177,15 @@ class Tree:
         rewards = [nd.reward for nd in self.nodes if nd.terminal and nd.reward is not None]
         return sum(rewards) / len(rewards) if rewards else 0.5
 
-    def path_values_loo(self, path: int, kappa: float, gamma: float,
-                        prior: float | None = None) -> list[float]:
+    def path_values_loo(self, path: int, kappa: float, gamma: float) -> list[float]:
         """`path_values` with the path's own leaf left out (`algo.focus_baseline=loo`).
 
         Bottom-up along the path, each node's `V~` is recomputed (Eq. 1) from its children
         without the path's leaf: the on-path child contributes its own leave-one-out value, the
         other children their usual targets, and a node left without evidence falls back to its
-        critic value (or `prior`, as in `refine`). So `R` never enters the baseline it is compared
-        with; e.g. on an unbranched path `V~_-(s_k) = (kappa V(s_k) + V(s_{k+1})) / (kappa + 1)`.
-        Call after `refine` (with the same `prior`)."""
+        critic value (or the prior `refine` was given). So `R` never enters the baseline it is
+        compared with; e.g. on an unbranched path `V~_-(s_k) = (kappa V(s_k) + V(s_{k+1})) /
+        (kappa + 1)`. Call after `refine`."""
         ids = self.paths[path]
         out: list[float] = []
         below: float | None = None             # LOO value of the on-path child (None: own leaf)
@@ -200,7 +201,7 @@ class Tree:
                     targets.append(float(ch.reward))
                 else:
                     targets.append(gamma * ch.V_tilde)
-            v = _critic(nd) if prior is None else prior
+            v = _critic(nd) if self.prior is None else self.prior
             below = calibrated(v, len(targets), sum(targets) / len(targets), kappa) if targets else v
             out.append(below)
         return out[::-1]

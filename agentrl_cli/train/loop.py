@@ -9,6 +9,7 @@ looked up in registries.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -208,18 +209,19 @@ def release_freed_memory() -> None:
     (glibc's `malloc_trim`; a no-op elsewhere). torch's CPU allocator frees into the C heap,
     which keeps it: without this, each phase's peak sits on top of what the previous phases
     left (the update's activations, the rollout's KV cache). A few milliseconds per call."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            import ctypes
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
-_malloc_trim = None
+@functools.lru_cache(maxsize=None)
+def _malloc_trim():
+    """glibc's `malloc_trim`, or None where there is none."""
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def evaluate_run(run: Run, step: int) -> dict:
