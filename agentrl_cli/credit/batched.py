@@ -80,16 +80,17 @@ class _Packed:
 
     After packing, "the next policy token" is simply the next column, so environment tokens and
     padding disappear from the recursions. Packed tensors are [B, width]: column 0 is a dump
-    that every position which is not packed maps to (empty in every row), row b's policy tokens
-    fill slots 1..count[b] in order, and at least one empty slot follows (`width` = the largest
-    count + 2, rounded up to a multiple of `_SCAN_CHUNK` so that the scans need no padding).
-    `order[b, j]` is the position of row b's token in slot j; `valid[b, j]` says whether slot j
-    holds a token; `last[b] = count[b]` is the slot of row b's last policy token (the dump if
-    the row has none).
+    that every position which is not packed maps to (emptied after each pack), row b's policy
+    tokens fill slots 1..count[b] in order, and at least one empty slot follows (`width` = the
+    largest count + 2, rounded up to a multiple of `_SCAN_CHUNK` so that the scans need no
+    padding). `last[b] = count[b]` is the slot of row b's last policy token (the dump if the row
+    has none).
 
-    Built with one float cumsum and one scatter; unpacking is one gather. On a CPU, integer
-    cumsums and cummins, and every extra [B, L] pass or fresh buffer (page faults), cost more
-    than the arithmetic. Slot numbers are exact while L < 2^24 (float64 beyond).
+    Built with one float cumsum; packing is one scatter into a filled buffer, unpacking one
+    gather, both through the same [B, L] slot numbers. On a CPU, integer cumsums and cummins,
+    and every extra [B, L] pass or fresh buffer (page faults), cost more than the arithmetic
+    (a [B, width] index of positions for a gather-based pack cost a third of GAE's time).
+    Slot numbers are exact while L < 2^24 (float64 beyond).
     """
 
     def __init__(self, response_mask: Tensor, turn_index: Tensor | None = None):
@@ -107,19 +108,17 @@ class _Packed:
         self.count = seen[:, -1].to(torch.long) if L else torch.zeros(B, dtype=torch.long,
                                                                         device=device)
         self.max_count = int(self.count.max()) if B else 0
-        W = self.width = -(-(self.max_count + 2) // _SCAN_CHUNK) * _SCAN_CHUNK
-        j = torch.arange(W, device=device)
-        self.valid = (j <= self.count[:, None]) & (j > 0)
-        self._empty = ~self.valid
+        self.width = -(-(self.max_count + 2) // _SCAN_CHUNK) * _SCAN_CHUNK
         self.last = self.count
         self.keep = keep                                    # [B, L] 0/1 float: packed or not
         self._slot = seen.mul_(keep).to(torch.long)         # rank, or 0 (the dump) if not packed
-        self.order = torch.zeros(B, W, dtype=torch.long, device=device).scatter_(
-            1, self._slot, torch.arange(L, device=device).expand(B, L))
 
     def pack(self, x: Tensor, fill=0) -> Tensor:
         """[B, L] -> [B, width]; empty slots (the dump included) get `fill`."""
-        return x.gather(1, self.order).masked_fill_(self._empty, fill)
+        out = torch.full((x.shape[0], self.width), fill, dtype=x.dtype, device=x.device)
+        out.scatter_(1, self._slot, x)                      # everything not packed -> the dump
+        out[:, 0] = fill
+        return out
 
     def unpack(self, x: Tensor) -> Tensor:
         """[B, width] -> [B, L]; positions that are not policy tokens get 0. Sets x's dump
