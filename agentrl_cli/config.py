@@ -34,10 +34,10 @@ class ModelConfig:
     """`model.critic=separate`: start the critic's model from this model folder or hub id instead of a copy of the policy (verl's critic.model.path); it must use the policy's tokenizer, since it reads the policy's token ids. Its value head starts at 0.5."""
     device: str = "auto"
     """auto | cpu | cuda."""
-    tiny_warmup_steps: int = 1200
+    tiny_warmup_steps: int = 4800
     """Tiny model: maximum supervised warm-up steps on imperfect expert demonstrations."""
-    tiny_target_success: float = 0.5
-    """Tiny model: stop the warm-up early if a held-out check (steps 1100, 1200) reaches this (RL needs room above)."""
+    tiny_target_success: float = 0.3
+    """Tiny model: stop the warm-up at the first check (steps 800, 1000, ..., on 64 training questions the demonstrations leave out) that reaches this success (RL needs room above); otherwise the build keeps its best checked checkpoint."""
     tiny_error_rate: float = 0.15
     """Tiny model: how often the warm-up's demonstrator opens a wrong search result and follows it (per hop, so imitation succeeds about (1 - rate)^hops of the time)."""
 

@@ -5,7 +5,7 @@ and the env. Target: under 5%.
 Runs the "focus" controller for a few steps on the tiny model with a random value head, so the
 critic disagrees with the outcomes and the allocator branches. The untrained model
 (`--warmup-steps 0`, the fast default) made no continuations when rechecked on the v8 build
-(the bookkeeping share is then of root paths only); `--warmup-steps 1200` uses the default build,
+(the bookkeeping share is then of root paths only); `--warmup-steps 4800` (the default `model.tiny_warmup_steps`) uses the default build,
 whose trees branch. The model is always loaded with the default env settings (the tiny
 recipe's key, so the cached default build is reused); `--max-turns` (default 6) caps episodes
 only in the rollouts measured here.
@@ -56,7 +56,7 @@ def main() -> None:
     sets = [f"model.tiny_warmup_steps={args.warmup_steps}",
             f"algo.focus_roots={args.roots}", f"algo.focus_allocator={args.allocator}"]
     # env settings are part of the tiny recipe's key: the model comes from a config without the
-    # turn cap, so `--warmup-steps 1200` loads the cached default build instead of training another
+    # turn cap, so `--warmup-steps 4800` loads the cached default build instead of training another
     model, _, fmt, _ = load_policy(config.load(sets=sets, method="focus"), log=print)
     cfg = config.load(sets=sets + [f"env.max_turns={args.max_turns}"], method="focus")
     spec = make_spec(cfg)

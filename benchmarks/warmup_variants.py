@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/warmup_variants.py OUT_DIR NAME='{"relations": "single", ...}' ...
 
 Each NAME=JSON builds `TinyRecipe(**JSON)` into OUT_DIR/NAME (one process per variant, so run
-at most as many as there are cores) and logs held-out success at each check; the final
+at most as many as there are cores) and logs its checks' success (dev questions) and the kept checkpoint's held-out success; the final
 table reads every OUT_DIR/*/recipe.json. Set `"target_success": 1.0` to see the whole curve.
 The recipe variants in docs/results.md were run this way, two at a time.
 """
@@ -36,8 +36,10 @@ def table(root: Path) -> None:
     rows = []
     for f in sorted(root.glob("*/recipe.json")):
         info = json.loads(f.read_text())
-        curve = " ".join(f"{h['step']}:{h['success']:.2f}" for h in info["history"])
-        rows.append(f"{f.parent.name:12s} {info['build_seconds']:6.0f}s  {curve}")
+        curve = " ".join(f"{h['step']}:{h.get('dev_success', h.get('success')):.2f}" for h in info["history"])
+        base = info.get("base_success")
+        rows.append(f"{f.parent.name:12s} {info['build_seconds']:6.0f}s  kept {info['warmup_steps']}, "
+                    f"held-out {base if base is None else round(base, 3)}  checks {curve}")
     print("\n".join(rows))
 
 

@@ -29,9 +29,13 @@ def test_selector_resolves_to_the_long_config():
     assert default == TinyRecipe() and default.key() != long_recipe.key()
     # the keys of the cached builds (the recipe holds the env section; its key hashes the
     # fields under the names they had when it copied them one by one)
-    assert (default.key(), long_recipe.key()) == ("10316bcc3fa0", "21a90c6cbf04")
-    assert str(tiny_path(default)).endswith("tiny-search-10316bcc3fa0")
+    assert (default.key(), long_recipe.key()) == ("578b34eb2c2a", "7f60a6b6c183")
+    assert str(tiny_path(default)).endswith("tiny-search-578b34eb2c2a")
     assert TinyRecipe.from_flat(long_recipe.flat()) == long_recipe
+    # the recipe's own seed and the env's seed come back apart (`seed` is the recipe's)
+    other = TinyRecipe(seed=1)
+    assert TinyRecipe.from_flat(other.flat()) == other and other.env.seed == 0
+    assert TinyRecipe.from_flat({"env_seed": 2}).env.seed == 2
     # `--env search` keeps the default env, not the long variant's presets
     cfg = load_config(None, None, env="search")
     assert (cfg.env.min_hops, cfg.env.max_hops, cfg.env.max_turns) == (2, 3, 12)
