@@ -2,8 +2,9 @@
 model, and the scripted expert, on the same held-out tasks.
 
 For each env this builds the tiny model with the default recipe (warm-up steps capped by
-`--warmup-steps`; the warm-up stops early once held-out success reaches
-`model.tiny_target_success`), then samples `--samples` episodes (temperature 1) on `--tasks`
+`--warmup-steps`; the warm-up stops at the first check on its dev questions that reaches
+`model.tiny_target_success`, and a warm-up shorter than the recipe's first check is checked
+once, at its last step), then samples `--samples` episodes (temperature 1) on `--tasks`
 held-out tasks. The untrained row is the same architecture and tokenizer with no warm-up
 (random weights). Builds go to `$AGENTRL_CACHE` (a fresh folder is a good idea); each one
 takes several minutes of one CPU core.
