@@ -193,7 +193,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grad_clip: float = 1.0
-    """Global gradient-norm clip (0: off)."""
+    """Gradient-norm clip (0: off), applied to the policy's gradient and to the critic's own parameters' gradient apart (verl's actor and critic grad_clip): a critic's gradient does not shrink the policy's step. Logged before clipping as grad_norm and critic/grad_norm."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     minibatches: int = 1

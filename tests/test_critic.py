@@ -291,3 +291,39 @@ def test_separate_critic_from_its_own_model_path(micro_policy, tmp_path):
     with pytest.raises(config.ConfigError, match="different tokenizer"):
         build_learner(cfg, copy.deepcopy(micro_policy[0]),
                       model_path=model_path(cfg), log=lambda s: None)
+
+
+@pytest.mark.parametrize("form", ["head", "detached", "separate"])
+def test_policy_and_critic_gradients_are_clipped_apart(micro_policy, form):
+    """`train.grad_clip` clips the policy's gradient and the critic's own parameters' gradient
+    each on its own: a large critic gradient leaves the policy's step as it is (a joint clip
+    scaled it down with the critic's)."""
+    from agentrl_cli.train.learner import clip_grads
+
+    model = copy.deepcopy(micro_policy[0])
+    cfg = config.load(sets=MICRO + [f"model.critic={form}"], method="focus")
+    learner = build_learner(cfg, model, log=lambda s: None)
+    torch.manual_seed(0)
+    for p in learner.model.parameters():
+        p.grad = torch.randn_like(p)
+    policy_norm = float(torch.linalg.vector_norm(
+        torch.cat([p.grad.flatten() for p in learner.model.parameters()])))
+    scale = 0.5 / policy_norm                               # the policy's norm: 0.5, under the clip
+    for p in learner.model.parameters():
+        p.grad.mul_(scale)
+    for p in learner.critic.parameters():
+        p.grad = torch.full_like(p, 10.0)                   # the critic's: far over it
+    before = [p.grad.clone() for p in learner.model.parameters()]
+    stats = clip_grads(learner, 1.0)
+    assert stats["grad_norm"] == pytest.approx(0.5, rel=1e-4)
+    assert stats["critic/grad_norm"] > 10.0
+    assert all(torch.equal(a, p.grad) for a, p in zip(before, learner.model.parameters()))
+    critic_after = torch.linalg.vector_norm(
+        torch.cat([p.grad.flatten() for p in learner.critic.parameters()]))
+    assert float(critic_after) == pytest.approx(1.0, rel=1e-3)
+
+
+def test_a_ppo_step_logs_both_gradient_norms(micro_policy):
+    learner, step = _ppo_steps(micro_policy, [])
+    stats = step(1)
+    assert stats["grad_norm"] > 0 and stats["critic/grad_norm"] > 0

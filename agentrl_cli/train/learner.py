@@ -223,8 +223,7 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
             learner.comm.reduce_grads(learner.params)
             stats = learner.comm.sum_dict(stats)
             if tr.grad_clip > 0:
-                gn = torch.nn.utils.clip_grad_norm_(learner.params, tr.grad_clip)
-                stats["grad_norm"] = float(gn)
+                stats.update(clip_grads(learner, tr.grad_clip))
             learner.optimizer.step()
             for key, v in stats.items():
                 sums[key] = sums.get(key, 0.0) + v
@@ -233,6 +232,21 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     critic_mode(learner.critic, False)
     out = {k: v / count for k, v in sums.items()}
     out["old_logprobs/engine"] = engine_tokens / max(policy_tokens, 1.0)
+    return out
+
+
+def clip_grads(learner: Learner, max_norm: float) -> dict[str, float]:
+    """Clip the policy's gradient and the critic's own parameters' gradient each to `max_norm`,
+    as verl and OpenRLHF clip their actor and critic models apart. One joint clip let the
+    critic's gradient, often several times the policy's, use up the norm and shrink the
+    policy's step with it (docs/results.md). With `model.critic=head` the backbone's gradient
+    holds the critic loss's share too and is clipped as the policy's. -> the norms before
+    clipping: `grad_norm` (policy), `critic/grad_norm` (when there is a critic)."""
+    policy = [p for p in learner.model.parameters() if p.grad is not None]
+    out = {"grad_norm": float(torch.nn.utils.clip_grad_norm_(policy, max_norm))}
+    if learner.critic is not None:
+        own = [p for p in learner.critic.parameters() if p.grad is not None]
+        out["critic/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(own, max_norm))
     return out
 
 
