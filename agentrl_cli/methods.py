@@ -107,6 +107,11 @@ _add(Recipe(
      # carried the critic's offset for that task and learned at half GRPO's rate (docs/results.md);
      # `--set algo.focus_norm=none` restores the paper's.
      "algo.focus_norm": "tree",
+     # the critic's loss kept out of the policy's backbone (a value head reading the policy's
+     # features): on the shared backbone the critic's gradient was 5-7x the policy's and steered
+     # the policy's features, and FOCUS learned 3-4 points behind GRPO (docs/results.md);
+     # `--set model.critic=head` gives the shared head back.
+     "model.critic": "detached",
      # the budget is what FOCUS allocates: by default a GRPO step's worth (rollout.budget_match)
      "rollout.budget_match": True},
     critic=True, warm_critic=True,
