@@ -191,6 +191,32 @@ def test_token_budget_and_other_allocators(micro_policy):
         assert 2 < len(res.episodes) < 64
 
 
+def test_a_run_that_overshot_its_budget_launches_less(micro_policy):
+    """`ctx.carry["focus_spend"]` (the trainer's, from step to step) = [tokens the run's FOCUS
+    steps generated, their launch limits]: a step launches continuations up to the budget
+    times limits / tokens when earlier steps overshot, so the run's mean spend meets the budget;
+    every step adds its own to the sums."""
+    model, tok, fmt, spec = micro_policy
+    two = spec.tasks("train", 2)
+
+    def step(carry):
+        ctx = _ctx(micro_policy, _algo(focus_roots=1), group_size=32, batch_size=8, budget=100,
+                   seed=1)
+        ctx.carry = carry
+        return CONTROLLERS.get("focus")(ctx, two)
+
+    first = {}
+    res = step(first)
+    assert first["focus_spend"] == [res.tokens, 100.0]
+    overshot = {"focus_spend": [200.0, 100.0]}                # earlier steps spent 2x their limit
+    res2 = step(overshot)
+    assert overshot["focus_spend"] == [200.0 + res2.tokens, 150.0]   # this step's limit: 50
+    assert res2.tokens < res.tokens and abs(res2.tokens - 50) <= 3 * 8
+    under = {"focus_spend": [50.0, 100.0]}                     # spent less: the budget stands
+    res3 = step(under)
+    assert under["focus_spend"][1] == 200.0 and res3.tokens == res.tokens
+
+
 def test_gains_hand_computed_and_allocator_choice():
     def node(i, v, n, csum, inflight=0, launched=0, reward=None):
         return Node(i, -1 if i == 0 else 0, 0, 10, 0, v=v, n=n, csum=csum, inflight=inflight,

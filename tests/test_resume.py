@@ -13,7 +13,7 @@ from conftest import MICRO
 
 SETS = MICRO + ["train.steps=3", "train.save_every=1", "train.eval_every=2",
                 "rollout.max_new_tokens=6"]
-VOLATILE = ("time/", "tokens/s")
+VOLATILE = ("time/", "tokens/s", "focus/bookkeeping")
 
 
 def _rows(out):
@@ -21,9 +21,11 @@ def _rows(out):
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
 
 
-@pytest.mark.parametrize("method,extra", [("grpo", []), ("mpo", ["model.critic=separate"])])
+@pytest.mark.parametrize("method,extra", [("grpo", []), ("mpo", ["model.critic=separate"]),
+                                          ("focus", ["rollout.budget_tokens=104", "rollout.group_size=4"])])
 def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extra):
-    """(mpo with a separate critic: the critic's own model and its optimiser state resume too.)"""
+    """(mpo with a separate critic: the critic's own model and its optimiser state resume too;
+    focus with a budget: the launch limit's record of earlier steps' spend, `rollout_carry`.)"""
     cfg = config.load(method=method, sets=SETS + extra)
     full = tmp_path / "full"
     loop.train(cfg, full, log=lambda s: None)
@@ -52,7 +54,14 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extr
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ca = checkpoint.load_state(checkpoint.step_dir(full, 3))["value_head"]
     cb = checkpoint.load_state(checkpoint.step_dir(part, 3))["value_head"]
-    if extra:
+    if method == "focus":    # the spend record goes on from the checkpoint's, not from zero
+        ka = checkpoint.load_state(checkpoint.step_dir(full, 3))["rollout_carry"]
+        kb = checkpoint.load_state(checkpoint.step_dir(part, 3))["rollout_carry"]
+        assert ka == kb and ka["focus_spend"][1] == 3 * float(extra[0].split("=")[1])
+        carry = checkpoint.load_state(checkpoint.step_dir(part, 2))["rollout_carry"]
+        assert 0 < carry["focus_spend"][1] <= 2 * float(extra[0].split("=")[1])
+        assert carry["focus_spend"][0] > 0
+    if method == "mpo":
         assert any(k.startswith("model.") for k in ca)
         assert ca.keys() == cb.keys() and all(torch.equal(ca[k], cb[k]) for k in ca)
     sa = json.loads((full / "summary.json").read_text())

@@ -44,6 +44,9 @@ class RolloutContext:
     generator: torch.Generator
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # controller options (vine_k, DAPO knobs)
     critic: object = None         # the critic (models/critic.py): FOCUS node values; or None
+    # what a controller keeps from one step to the next (the trainer passes the same dict every
+    # step and checkpoints it): FOCUS's continuation prices by depth
+    carry: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -25,7 +25,11 @@ mean finished root; a continuation at its launch price: the mean tokens that fin
 through its origin generated after that node, the same pricing as VinePPO's plan). A
 continuation is launched only if the committed tokens plus its own price fit the budget (the
 method: a continuation in flight is charged its expected length at launch), so the step does not
-overshoot by what is in flight. Without a budget the step completes `tasks x group_size` paths,
+overshoot by what is in flight. Prices are estimates from the paths that finished first, the
+short ones, so steps still overshot (by 9% on search-long); the trainer's `ctx.carry` keeps the
+run's spend, and a step's launch limit is the budget x (earlier limits / earlier tokens) once the
+run has overshot, so the run's mean spend per step meets the budget (the rollout command's single
+step has no history and uses the budget). Without a budget the step completes `tasks x group_size` paths,
 as many episodes as GRPO (roots included; the roots per task are capped at `group_size`).
 Roots are launched before any continuation.
 
@@ -210,6 +214,10 @@ class FocusPlanner:
         self.target_paths = len(tasks) * ctx.group_size
         self.generated = generated or (lambda p: p.ep.generated_tokens)
         self.spent = 0                # tokens generated so far (the driver keeps it current)
+        # the launch limit: the budget, less what the run's earlier steps overshot on average
+        # (`ctx.carry["focus_spend"]` = [tokens generated, limits], over the run's steps)
+        spend, limits = ctx.carry.get("focus_spend", (0.0, 0.0))
+        self.limit = ctx.budget_tokens * (limits / spend if spend > limits > 0 else 1.0)
         self.t_book = 0.0             # seconds in allocation and tree bookkeeping
 
     # -- launching -------------------------------------------------------------------------
@@ -252,7 +260,7 @@ class FocusPlanner:
         if not self.branching:
             return False
         if self.ctx.budget_tokens > 0:
-            return self.committed() < self.ctx.budget_tokens
+            return self.committed() < self.limit
         return len(self.paths) < self.target_paths
 
     def committed(self) -> float:
@@ -289,7 +297,7 @@ class FocusPlanner:
             pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
             cost = 0.0 if pick is None else self.price(*pick)
             stop = pick is None or (self.ctx.budget_tokens > 0 and
-                                    self.committed() + cost > self.ctx.budget_tokens)
+                                    self.committed() + cost > self.limit)
             self.t_book += time.perf_counter() - t0
             if stop:
                 break
@@ -348,6 +356,10 @@ class FocusPlanner:
             for nd in tree.nodes:
                 if not nd.terminal and nd.G_bar is not None:
                     targets[nd.path].append((nd.position, nd.G_bar))
+        if self.ctx.budget_tokens > 0 and self.branching:
+            spend, limits = self.ctx.carry.get("focus_spend", (0.0, 0.0))
+            self.ctx.carry["focus_spend"] = [spend + sum(e.generated_tokens for e in eps),
+                                             limits + self.limit]
         self.t_book += time.perf_counter() - t0
         extras = {"trees": self.trees, "focus_values": values, "focus_value_targets": targets,
                   "metrics": self.metrics(eps)}

@@ -14,7 +14,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -133,6 +133,7 @@ class Run:
     last_eval: dict | None = None
     tokens_total: int = 0
     budget: int = 0
+    rollout_carry: dict = field(default_factory=dict)  # RolloutContext.carry, step to step
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
@@ -188,6 +189,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
         learner.optimizer.load_state_dict(state["optimizer"])
         run.start_step, run.base, run.tokens_total = state["step"], state["base_eval"], state["tokens_total"]
         run.last_eval = state.get("last_eval", run.base)  # the held-out check in force at the checkpoint
+        run.rollout_carry = state.get("rollout_carry") or {}
         if comm.is_main:
             run.metrics.truncate_after(run.start_step, on_torn=log)
         log(f"resumed from {ckpt} at step {run.start_step}")
@@ -248,7 +250,7 @@ def run_step(run: Run, step: int) -> dict:
                          cfg.rollout.max_tokens, cfg.rollout.batch_size,
                          -(-run.budget // comm.world),
                          torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
-                         algo=cfg.algo, critic=learner.critic)
+                         algo=cfg.algo, critic=learner.critic, carry=run.rollout_carry)
     result = run.rollouts.run(ctx, comm.share(run.sampler.for_step(step)))
     eps = result.episodes
     t_roll = time.time() - t0
@@ -296,7 +298,7 @@ def save(run: Run, step: int) -> None:
         "value_head": learner.critic.state_dict() if learner.critic else None,
         "critic_config": critic_config(learner.critic),
         "base_eval": run.base, "last_eval": run.last_eval, "tokens_total": run.tokens_total,
-        "method": run.cfg.method,
+        "rollout_carry": run.rollout_carry, "method": run.cfg.method,
     })
 
 
