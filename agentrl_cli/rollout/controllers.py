@@ -45,7 +45,7 @@ class RolloutContext:
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # controller options (vine_k, DAPO knobs)
     critic: object = None         # the critic (models/critic.py): FOCUS node values; or None
     # what a controller keeps from one step to the next (the trainer passes the same dict every
-    # step and checkpoints it): FOCUS's continuation prices by depth
+    # step and checkpoints it): FOCUS's record of its spend against its launch limits
     carry: dict = field(default_factory=dict)
 
 

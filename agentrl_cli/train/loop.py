@@ -298,6 +298,8 @@ def save(run: Run, step: int) -> None:
         "value_head": learner.critic.state_dict() if learner.critic else None,
         "critic_config": critic_config(learner.critic),
         "base_eval": run.base, "last_eval": run.last_eval, "tokens_total": run.tokens_total,
+        # rank 0's carry: on several ranks every rank resumes from it (each step's record is
+        # its own rank's spend; the ranks' budgets are equal shares)
         "rollout_carry": run.rollout_carry, "method": run.cfg.method,
     })
 
