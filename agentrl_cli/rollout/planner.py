@@ -26,7 +26,7 @@ through its origin generated after that node, the same pricing as VinePPO's plan
 continuation is launched only if the committed tokens plus its own price fit the budget (the
 method: a continuation in flight is charged its expected length at launch), so the step does not
 overshoot by what is in flight. Prices are estimates from the paths that finished first, the
-short ones, so steps still overshot (by 9% on search-long); the trainer's `ctx.carry` keeps the
+short ones, so steps still overshot (by 5% over a 100-step search-long run); the trainer's `ctx.carry` keeps the
 run's spend, and a step's launch limit is the budget x (earlier limits / earlier tokens) once the
 run has overshot, so the run's mean spend per step meets the budget (the rollout command's single
 step has no history and uses the budget). Without a budget the step completes `tasks x group_size` paths,
