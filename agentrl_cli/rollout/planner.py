@@ -26,11 +26,12 @@ through its origin generated after that node, the same pricing as VinePPO's plan
 continuation is launched only if the committed tokens plus its own price fit the budget (the
 method: a continuation in flight is charged its expected length at launch), so the step does not
 overshoot by what is in flight. Prices are estimates from the paths that finished first, the
-short ones, so steps still overshot (by 5% over a 100-step search-long run); the trainer's `ctx.carry` keeps the
-run's spend, and a step's launch limit is the budget x (earlier limits / earlier tokens) once the
-run has overshot, so the run's mean spend per step meets the budget (the rollout command's single
-step has no history and uses the budget). Without a budget the step completes `tasks x group_size` paths,
-as many episodes as GRPO (roots included; the roots per task are capped at `group_size`).
+short ones, so steps still overshot (by 5% over a 100-step search-long run). The trainer's
+`ctx.carry` keeps the run's spend, and once the run has overshot a step's launch limit is the
+budget x (earlier limits / earlier tokens), so the run's mean spend per step meets the budget
+(the rollout command's single step has no history and uses the budget). Without a budget the
+step completes `tasks x group_size` paths, as many episodes as GRPO (roots included; the roots
+per task are capped at `group_size`).
 Roots are launched before any continuation.
 
 [our choice] Training data: every path is an episode. A continuation from state s_k inherits
