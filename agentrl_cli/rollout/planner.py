@@ -27,11 +27,12 @@ continuation is launched only if the committed tokens plus its own price fit the
 method: a continuation in flight is charged its expected length at launch), so the step does not
 overshoot by what is in flight. Prices are estimates from the paths that finished first, the
 short ones, so steps still overshot (by 5% over a 100-step search-long run). The trainer's
-`ctx.carry` keeps the run's spend, and once the run has overshot a step's launch limit is the
-budget x (earlier limits / earlier tokens), so the run's mean spend per step meets the budget
-(the rollout command's single step has no history and uses the budget). Without a budget the
-step completes `tasks x group_size` paths, as many episodes as GRPO (roots included; the roots
-per task are capped at `group_size`).
+`ctx.carry` keeps the run's tokens and budgets so far, and a step's launch limit is its budget
+less the run's debt (what the earlier steps generated beyond their budgets, net): the run's total
+spend then stays within one step's overshoot of its total budget, and no step launches beyond
+its own budget. The rollout command's single step has no history and launches up to the budget.
+Without a budget the step completes `tasks x group_size` paths, as many episodes as GRPO (roots
+included; the roots per task are capped at `group_size`).
 Roots are launched before any continuation.
 
 [our choice] Training data: every path is an episode. A continuation from state s_k inherits
@@ -215,10 +216,10 @@ class FocusPlanner:
         self.target_paths = len(tasks) * ctx.group_size
         self.generated = generated or (lambda p: p.ep.generated_tokens)
         self.spent = 0                # tokens generated so far (the driver keeps it current)
-        # the launch limit: the budget, less what the run's earlier steps overshot on average
-        # (`ctx.carry["focus_spend"]` = [tokens generated, limits], over the run's steps)
-        spend, limits = ctx.carry.get("focus_spend", (0.0, 0.0))
-        self.limit = ctx.budget_tokens * (limits / spend if spend > limits > 0 else 1.0)
+        # the launch limit: the budget, less what the run's earlier steps generated beyond
+        # theirs (`ctx.carry["focus_spend"]` = [tokens generated, budgets], over the run's steps)
+        spend, budgets = ctx.carry.get("focus_spend", (0.0, 0.0))
+        self.limit = max(0.0, ctx.budget_tokens - max(0.0, spend - budgets))
         self.t_book = 0.0             # seconds in allocation and tree bookkeeping
 
     # -- launching -------------------------------------------------------------------------
@@ -358,9 +359,9 @@ class FocusPlanner:
                 if not nd.terminal and nd.G_bar is not None:
                     targets[nd.path].append((nd.position, nd.G_bar))
         if self.ctx.budget_tokens > 0 and self.branching:
-            spend, limits = self.ctx.carry.get("focus_spend", (0.0, 0.0))
+            spend, budgets = self.ctx.carry.get("focus_spend", (0.0, 0.0))
             self.ctx.carry["focus_spend"] = [spend + sum(e.generated_tokens for e in eps),
-                                             limits + self.limit]
+                                             budgets + self.ctx.budget_tokens]
         self.t_book += time.perf_counter() - t0
         extras = {"trees": self.trees, "focus_values": values, "focus_value_targets": targets,
                   "metrics": self.metrics(eps)}
