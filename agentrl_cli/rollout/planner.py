@@ -218,7 +218,8 @@ class FocusPlanner:
         self.spent = 0                # tokens generated so far (the driver keeps it current)
         # the launch limit: the budget, less what the run's earlier steps generated beyond
         # theirs (`ctx.carry["focus_spend"]` = [tokens generated, budgets], over the run's steps)
-        spend, budgets = ctx.carry.get("focus_spend", (0.0, 0.0))
+        self.record = tuple(ctx.carry.get("focus_spend", (0.0, 0.0)))
+        spend, budgets = self.record
         self.limit = max(0.0, ctx.budget_tokens - max(0.0, spend - budgets))
         self.t_book = 0.0             # seconds in allocation and tree bookkeeping
 
@@ -358,13 +359,14 @@ class FocusPlanner:
             for nd in tree.nodes:
                 if not nd.terminal and nd.G_bar is not None:
                     targets[nd.path].append((nd.position, nd.G_bar))
-        if self.ctx.budget_tokens > 0 and self.branching:
-            spend, budgets = self.ctx.carry.get("focus_spend", (0.0, 0.0))
-            self.ctx.carry["focus_spend"] = [spend + sum(e.generated_tokens for e in eps),
-                                             budgets + self.ctx.budget_tokens]
         self.t_book += time.perf_counter() - t0
+        metrics = self.metrics(eps)
+        if self.ctx.budget_tokens > 0 and self.branching:
+            spend, budgets = self.record
+            self.ctx.carry["focus_spend"] = [spend + metrics["focus/tokens"],
+                                             budgets + self.ctx.budget_tokens]
         extras = {"trees": self.trees, "focus_values": values, "focus_value_targets": targets,
-                  "metrics": self.metrics(eps)}
+                  "metrics": metrics}
         return RolloutResult(eps, extras=extras)
 
     def metrics(self, eps: list[Episode]) -> dict:
