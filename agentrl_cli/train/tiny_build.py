@@ -15,7 +15,7 @@ check that reaches `target_success` and otherwise keeps the best checkpoint (the
 tie). Why: the model learns to read the question's relation late and abruptly (dev success
 0.1 -> 0.3-0.5 within a few hundred steps), and *when* depends on float rounding, so the same
 recipe gave held-out success 0.10 on one 2-core machine and 0.20 on another when it kept a
-fixed last step; training until a check crosses the target gives every machine a model just
+fixed last step; training until a check reaches `target_success` gives every machine a model just
 past that jump. One held-out check of the kept model is logged (`base_success` in
 `recipe.json`). The demonstrator opens a
 distractor document with probability `error_rate` and follows it, so even perfect imitation
