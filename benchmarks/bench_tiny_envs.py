@@ -9,7 +9,7 @@ held-out tasks. The untrained row is the same architecture and tokenizer with no
 (random weights). Builds go to `$AGENTRL_CACHE` (a fresh folder is a good idea); each one
 takes several minutes of one CPU core.
 
-    OMP_NUM_THREADS=1 AGENTRL_CACHE=/tmp/tiny-envs python benchmarks/bench_tiny_envs.py \
+    OMP_NUM_THREADS=1 AGENTRL_CACHE=runs/tiny-envs-cache python benchmarks/bench_tiny_envs.py \
         [--envs locate rules math] [--warmup-steps 700] [--tasks 60] [--samples 4] \
         [--set env.repos=shared ...]
 """

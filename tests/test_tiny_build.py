@@ -63,7 +63,7 @@ def test_warm_up_keeps_the_best_dev_checkpoint(micro_policy, monkeypatch):
         weight = _scripted(monkeypatch, model, [0.2, 0.5, 0.5, 0.3])
         step, dev, _ = _warm_up(model, fmt, spec, recipe)
         assert (step, dev) == (8, 0.5) and float(weight.detach().view(-1)[0]) == 8.0
-        # a check at the target stops the warm-up there
+        # a check at `target_success` stops the warm-up there
         weight = _scripted(monkeypatch, model, [0.2, 0.95, 0.1, 0.3])
         step, dev, history = _warm_up(model, fmt, spec, recipe)
         assert (step, dev, len(history)) == (6, 0.95, 2) and float(weight.detach().view(-1)[0]) == 6.0

@@ -62,7 +62,7 @@ def test_fit_recovers_a_planted_linear_value(micro_policy, tmp_path, monkeypatch
         scaled = 0.5 + 0.4 * (raw - raw.mean()) / (raw - raw.mean()).abs().max()  # in [0.1, 0.9]
         for e, r in zip(eps, scaled.tolist()):
             e.reward = r
-            for t in e.turns[1:]:            # keep one state per episode: the target is exact
+            for t in e.turns[1:]:            # keep one state per episode: the critic's target is exact
                 t.start = e.turns[0].start
         return eps
 

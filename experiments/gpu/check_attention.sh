@@ -5,7 +5,7 @@
 #      gpt-oss model's logits and parameter gradients; left padding through the mask builders);
 #   2. benchmarks/bench_long_context.py on CUDA: peak memory and step time of one training
 #      step at 1k-8k tokens, eager vs sink_flex vs sink_sdpa, plain vs chunked log-probs.
-# Run from anywhere: bash experiments/gpu/check_attention.sh   (logs go to ${OUT:-/tmp/check_attention})
+# Run from anywhere: bash experiments/gpu/check_attention.sh   (logs go to $OUT, by default a scratch folder)
 # Needs python3 with torch (CUDA), transformers >= 5 and pytest; the repo needs no install.
 set -u
 cd "$(dirname "$0")/../.."

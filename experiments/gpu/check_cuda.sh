@@ -11,7 +11,7 @@
 #      (ATTN_BENCH=0 skips it);
 #   4. the CPU suite on the GPU machine (conftest hides CUDA from it).
 #
-#   AGENTRL_CACHE=$PWD/.gpucache OUT=/tmp/cc bash experiments/gpu/check_cuda.sh 2>&1 | tee log
+#   AGENTRL_CACHE=$PWD/.gpucache OUT=$PWD/runs/check-cuda bash experiments/gpu/check_cuda.sh 2>&1 | tee log
 # ($OUT holds the run folders and one log per part; the parts' tails are printed.)
 # Needs python3 with torch (CUDA), transformers >= 5, typer, rich, pyyaml, pytest (and
 # pytest-xdist for part 4); wheels in .whl/ (math-verify, bfcl-eval) are installed first if present.
@@ -57,7 +57,7 @@ if [ "${ATTN_BENCH:-1}" = 1 ]; then
 part 100 attention-bench "$PY" benchmarks/bench_long_context.py --device cuda --dtype bfloat16 \
     --hidden 512 --heads 8 --kv-heads 2 --head-dim 64 --vocab 32768 --layer-pairs 2
 fi
-# the CPU suite on this machine (conftest hides CUDA from it)
+# the CPU suite on the GPU machine (conftest hides CUDA from it)
 TAILN=40 part "${SUITE_TIMEOUT:-150}" cpu-suite env OMP_NUM_THREADS=1 "$PY" -m pytest -q -n 12 --tb=short -rfE -p no:cacheprovider tests
 echo "overall: $status"
 exit $status
