@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from agentrl_cli import config
 from agentrl_cli.cli.main import app
-from agentrl_cli.train import checkpoint, loop
+from agentrl_cli.train import checkpoint, loop, run_folder
 from conftest import MICRO
 
 runner = CliRunner(env={"COLUMNS": "1000"})   # no wrapped lines in the output
@@ -230,6 +230,25 @@ def test_a_copied_run_resumes_where_it_is(ref, tmp_path):
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before   # untouched
     _assert_same_run(copy, ref)
     assert json.loads((copy / "config.json").read_text())["out"] == str(copy)
+
+
+def test_an_older_builds_run_folder_resumes_and_overwrite_leaves_it(ref, tmp_path, monkeypatch):
+    """A run folder without the marker (an older build's): --resume continues it exactly;
+    --overwrite refuses it, one line, nothing touched."""
+    run = _stopped_after(ref, tmp_path / "run", 2)
+    (run / run_folder.MARKER).unlink()
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with monkeypatch.context() as m:
+        _no_work(m)
+        res = runner.invoke(app, ["train", "--method", "grpo", "--out", str(run), "--overwrite",
+                                  *_cli_sets()])
+    _one_line_exit_2(res, f"{run} is not an agentrl run folder")
+    assert "already holds a run" not in res.output
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    res = runner.invoke(app, ["train", "--resume", str(run)])
+    assert res.exit_code == 0, res.output
+    assert "older build" in res.output
+    _assert_same_run(run, ref)
 
 
 def _damage(run: Path, kind: str) -> None:
