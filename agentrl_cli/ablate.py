@@ -402,12 +402,20 @@ def write_results(res: dict, out: Path) -> None:
     plot_final_vs_param(res, out / "final_vs_param.png")
 
 
+def _spread(res: dict) -> str:
+    """What a sweep figure's lines and bars are: 'mean ± std over 3 seeds' (a cell with fewer
+    finished seeds says n=k in its legend); with one seed there is no spread to show."""
+    n = len(res["seeds"])
+    return f"mean ± std over {n} seeds" if n > 1 else "1 seed (no spread over seeds)"
+
+
 def _title(res: dict, what: str) -> str:
     from .reporting import plots
 
     methods = ",".join(dict.fromkeys(c["method"] for c in res["cells"]))
     return plots.run_title(methods, res.get("env"), res["seeds"],
-                           f"{what} · budget {res['budget_tokens'] or 'uncapped'} tokens/step")
+                           f"{what}, {_spread(res)} · budget "
+                           f"{res['budget_tokens'] or 'uncapped'} tokens/step")
 
 
 def plot_curves(res: dict, png: Path) -> None:
@@ -427,7 +435,7 @@ def plot_curves(res: dict, png: Path) -> None:
         bases += c.get("base_success", [])
     plots.base_line(ax, sum(bases) / len(bases) if bases else None)
     plots.step_axis(ax)
-    plots.rate_axis(ax, "held-out success (mean ± std over seeds)", ys_all)
+    plots.rate_axis(ax, "held-out success", ys_all)
     ax.set_title(_title(res, "held-out success per check"), fontsize=9)
     plots.legend_outside(ax, title="cell (best: thick)")
     plots.save(fig, png)
@@ -471,7 +479,7 @@ def plot_final_vs_param(res: dict, png: Path) -> None:
         else:
             ax.set_xticks(sorted(pos.values()), [x for x in sorted(labels, key=_num)])
         ax.set_xlabel(a)
-        plots.rate_axis(ax, "final held-out success (mean ± std)",
+        plots.rate_axis(ax, "final held-out success",
                         [c["final_success_mean"] + c["final_success_std"] for c in done])
         ax.set_title(_title(res, f"final success vs {a}"), fontsize=9)
         plots.legend_outside(ax)

@@ -312,7 +312,8 @@ def test_rollout_cli_writes_trees(tmp_path):
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     trees = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(trees) == 2
+    assert len(trees) == 4                   # --n counts trees, one per task
+    assert len({t["task_id"] for t in trees}) == 4
     for t in trees:
         assert t["nodes"][0]["parent"] == -1 and len(t["paths"]) >= 2
         assert set(t["episodes"]) == set(t["paths"])
@@ -338,7 +339,7 @@ def test_rollout_cli_trees_use_the_warm_critic_and_own_sample_counts(tmp_path, m
     save_file({"weight": torch.zeros(1, hidden), "bias": torch.tensor([0.3])}, str(folder / VALUE_HEAD))
     out = tmp_path / "trees.jsonl"
     args = ["rollout", "--method", "focus", "--model", str(folder), "--out", str(out), "--n", "4",
-            "-g", "1", "--seed", "1"]
+            "--seed", "1"]
     for s in MICRO + ["rollout.max_new_tokens=6", "rollout.group_size=6"]:
         args += ["--set", s]
     r = CliRunner().invoke(app, args)

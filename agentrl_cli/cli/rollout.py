@@ -15,11 +15,11 @@ from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, MethodOpt, Mod
 
 @user_errors
 def rollout_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file of episodes to write (trees, one per line, for a method whose controller is focus).")] = Path("episodes.jsonl"),
-    n: Annotated[int, typer.Option("--n", help="Number of episodes.", min=1)] = 64,
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write: one episode per line; with --method naming a tree method (focus), one tree per line.")] = Path("episodes.jsonl"),
+    n: Annotated[int, typer.Option("--n", help="Number of episodes (on ceil(n / group-size) tasks). With --method naming a tree method (focus): number of trees, one per task.", min=1)] = 64,
     policy: Annotated[str, typer.Option("--policy", help="model (the policy) or expert (the env's scripted expert).")] = "model",
     split: Annotated[str, typer.Option("--split", help="Task split: train or eval.")] = "eval",
-    group_size: Annotated[int, typer.Option("--group-size", "-g", help="Episodes per task.", min=1)] = 1,
+    group_size: Annotated[Optional[int], typer.Option("--group-size", "-g", help="Episodes per task (default 1). With a tree method: the episodes per task of the GRPO step each tree's token budget matches (default rollout.group_size, as in training).", min=1)] = None,
     checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Checkpoint (or run) folder to load the policy from.")] = None,
     method: MethodOpt = None,
     env: EnvOpt = None,
@@ -30,7 +30,7 @@ def rollout_cmd(
     set_: SetOpt = None,
     seed: SeedOpt = None,
 ):
-    """Roll out episodes and write them as JSONL. Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
+    """Roll out episodes and write them as JSONL. Plain (linear) episodes unless --method names a tree method (focus: one search tree per task). Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
     from ..rollout.collect import collect
 
     from ..errors import ConfigError
@@ -46,12 +46,14 @@ def rollout_cmd(
                       engine=engine, seed=seed)
     _build_model(cfg, policy, split)
     trees = None
-    if policy == "model" and cfg.algo.controller == "focus":
+    # trees only when asked for by name: the default recipe (focus) must not turn a plain
+    # `agentrl rollout` into tree search
+    if policy == "model" and method is not None and cfg.algo.controller == "focus":
         from ..train.trees import collect_trees
         eps, trees, budget = collect_trees(cfg, n=n, split=split, group_size=group_size,
                                            log=lambda m: Console().print(m, highlight=False))
     else:
-        eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size)
+        eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size or 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w") as f:

@@ -1,6 +1,8 @@
-"""Evaluation: n samples per held-out task -> pass@k, pass^k, mean@1, tokens per question."""
+"""Evaluation: n samples per held-out task -> pass@k, pass^k, mean@1 (with its standard error),
+tokens per question."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -22,10 +24,26 @@ def ks_up_to(k_max: int) -> list[int]:
     return ks
 
 
+def task_clustered_se(task_means: list[float]) -> float | None:
+    """Standard error of the mean success over held-out tasks, clustered by task: the sample
+    std (n - 1) over tasks of each task's mean success, divided by sqrt(number of tasks).
+
+    A check's samples of one task are not independent (they share the task's difficulty), so
+    the tasks are the units: with `n` samples per task this is the standard error of `mean@1`
+    as an estimate of the success rate on tasks like these. It is larger than the naive
+    sqrt(p(1-p)/(tasks x n)) when tasks differ in difficulty. None with fewer than 2 tasks."""
+    k = len(task_means)
+    if k < 2:
+        return None
+    m = sum(task_means) / k
+    return math.sqrt(sum((x - m) ** 2 for x in task_means) / (k - 1) / k)
+
+
 def evaluate(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[Task], n: int,
              params: SamplingParams, max_tokens: int, batch_size: int, seed: int,
              k_max: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Roll out `n` samples for each task; metrics are averaged over tasks. `progress(done,
+    """Roll out `n` samples for each task; metrics are averaged over tasks, and `mean@1_se` is
+    `mean@1`'s task-clustered standard error (`task_clustered_se`). `progress(done,
     total)` is called after each batch of episodes (the batches `run_episodes` would make, with
     the same generator, so the episodes do not depend on it)."""
     gen = torch.Generator().manual_seed(seed)
@@ -43,6 +61,7 @@ def evaluate(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[Task], n: int,
         "pass@k": {str(k): agg[f"pass@{k}"] for k in ks},
         "pass^k": {str(k): agg[f"pass^{k}"] for k in ks},
         "mean@1": sum(e.success for e in eps) / len(eps),
+        "mean@1_se": task_clustered_se([c / n for n, c in counts]),
         "tokens_per_question": sum(e.generated_tokens for e in eps) / len(eps),
         "tool_calls": sum(e.num_tool_calls for e in eps) / len(eps),
         "n": n,

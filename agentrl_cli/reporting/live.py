@@ -25,8 +25,11 @@ class TrainProgress:
             self.progress.start()
             self.task = self.progress.add_task("train", total=total, completed=done, info="")
 
-    def update(self, step: int, row: dict, eval_success: float) -> None:
-        info = (f"reward {row['reward/mean']:.2f}  held-out {eval_success:.2f}  "
+    def update(self, step: int, row: dict) -> None:
+        """One step's line. `held-out` is the check run at this step (`eval/success` ± its
+        standard error `eval/success_se`, when the row has them), else `–`: between checks
+        there is no new measurement, so none is repeated."""
+        info = (f"reward {row['reward/mean']:.2f}  held-out {held_out(row)}  "
                 f"tok/s {row['tokens/s']:.0f}  tools/ep {row['rollout/tool_calls']:.1f}")
         if self.progress is not None:
             self.progress.update(self.task, completed=step, info=info)
@@ -38,16 +41,32 @@ class TrainProgress:
             self.progress.stop()
 
 
+def with_se(value: float, se: float | None, digits: int = 3) -> str:
+    """'0.510±0.030'; the value alone when there is no standard error (fewer than 2 tasks)."""
+    return f"{value:.{digits}f}" + (f"±{se:.{digits}f}" if se is not None else "")
+
+
+def held_out(row: dict) -> str:
+    """The step line's held-out field: '0.51±0.03' at a check, '–' on a step without one."""
+    if "eval/success" not in row:
+        return "–"
+    return with_se(row["eval/success"], row.get("eval/success_se"), 2)
+
+
 def summary_table(summary: dict) -> Table:
     t = Table(title=f"{summary['method']} on {summary['env']} ({summary['steps']} steps, "
                     f"{summary['wall_seconds']:.0f}s)")
     t.add_column("", style="bold")
     t.add_column("base")
     t.add_column("trained")
-    t.add_row("held-out success", f"{summary['base_success']:.3f}", f"{summary['final_success']:.3f}")
+    t.add_row("held-out success ± se", with_se(summary["base_success"], summary.get("base_success_se")),
+              with_se(summary["final_success"], summary.get("final_success_se")))
     t.add_row("tokens / eval question", f"{summary['base_tokens_per_question']:.1f}",
               f"{summary['final_tokens_per_question']:.1f}")
     t.add_row("tokens generated in training", "", f"{summary['tokens_generated']:,}")
+    if "eval_tasks" in summary:
+        t.caption = (f"held-out: {summary['eval_tasks']} tasks x {summary['eval_samples']} samples; "
+                     "± is the standard error over tasks")
     return t
 
 
@@ -58,6 +77,7 @@ def eval_table(res: dict, title: str) -> Table:
     t.add_column("pass^k")
     for k in res["pass@k"]:
         t.add_row(k, f"{res['pass@k'][k]:.3f}", f"{res['pass^k'][k]:.3f}")
-    t.caption = (f"mean@1 {res['mean@1']:.3f} · tokens/question {res['tokens_per_question']:.1f} · "
+    t.caption = (f"mean@1 {with_se(res['mean@1'], res.get('mean@1_se'))} (± task-clustered "
+                 f"standard error) · tokens/question {res['tokens_per_question']:.1f} · "
                  f"n={res['n']} samples x {res['tasks']} tasks")
     return t

@@ -8,7 +8,9 @@ Conventions, so that every figure reads the same way:
   "mean ± std" the tables print (`mean_band`);
 - the base model's value is a dashed grey line (`base_line`);
 - legends sit outside the axes, to the right (`legend_outside`), never on the data;
-- the title names what was run: method, env, seed(s) (`run_title`).
+- the title names what was run: method, env, model, seed(s) (`run_title`);
+- a single run's held-out checks carry error bars of ± one task-clustered standard error
+  (`eval/success_se`); a sweep's spread is over seeds, and its figures say so and how many.
 """
 from __future__ import annotations
 
@@ -103,8 +105,12 @@ def legend_outside(ax, fontsize: int = 8, title: str | None = None) -> None:
                   loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
 
 
-def run_title(method: str | None = None, env: str | None = None, seeds=None, extra: str = "") -> str:
+def run_title(method: str | None = None, env: str | None = None, seeds=None, extra: str = "",
+              model: str | None = None) -> str:
+    """'focus on search, model tiny, seed 0' (+ a second line `extra`)."""
     head = " on ".join(str(x) for x in (method, env) if x)
+    if model:
+        head += (", " if head else "") + f"model {_short_model(model)}"
     if seeds is not None:
         seeds = list(seeds) if isinstance(seeds, (list, tuple)) else [seeds]
         head += (", " if head else "") + ("seed " if len(seeds) == 1 else "seeds ") + ",".join(map(str, seeds))
@@ -121,3 +127,48 @@ def run_label(run) -> str:
         return run_title(cfg.get("method"), (cfg.get("env") or {}).get("name"), cfg.get("seed"))
     except (OSError, ValueError, AttributeError):
         return p.name
+
+
+def _short_model(model: str) -> str:
+    """A model folder's last two parts ('runs/x/step-40' -> 'x/step-40'); a hub id as it is."""
+    parts = Path(str(model)).parts
+    return str(model) if len(parts) <= 2 else "/".join(parts[-2:])
+
+
+def learning_curve(rows: Sequence[dict], png: Path, method: str | None = None,
+                   env: str | None = None, model: str | None = None, seed=None,
+                   checks: str = "") -> None:
+    """A run's figure from its metrics.jsonl rows, titled with its method, env, model and seed.
+    Left: held-out success at each check with ± one standard error (`eval/success_se`, over
+    tasks), the base model's check as a dashed line with its ± se band, and the sampled
+    training success per step. Right: generated tokens per held-out question, from 0.
+    `checks` (e.g. '8 tasks x 4 samples') is printed under the title."""
+    tr = [r for r in rows if "success" in r]
+    ev = [r for r in rows if "eval/success" in r]
+    base = next((r for r in ev if r["step"] == 0), None)
+    fig, (a, b) = figure(2, width=5.6)
+    if tr:
+        a.plot([r["step"] for r in tr], [r["success"] for r in tr], color="tab:blue", alpha=0.35,
+               lw=1, label="training episodes (sampled)")
+    se = [r.get("eval/success_se") or 0.0 for r in ev]
+    a.errorbar([r["step"] for r in ev], [r["eval/success"] for r in ev], yerr=se, fmt="o-",
+               color="tab:orange", ms=4, capsize=3, label="held-out check (± se)")
+    if base is not None:
+        base_line(a, base["eval/success"])
+        bse = base.get("eval/success_se")
+        if bse:
+            a.axhspan(base["eval/success"] - bse, base["eval/success"] + bse, color="grey",
+                      alpha=0.12, lw=0)
+    step_axis(a)
+    rate_axis(a, "success rate", [r["success"] for r in tr]
+              + [r["eval/success"] + s for r, s in zip(ev, se)])
+    a.set_title("held-out success (± standard error over tasks)", fontsize=10)
+    legend_outside(a)
+    tok = [r["eval/tokens_per_question"] for r in ev if "eval/tokens_per_question" in r]
+    b.plot([r["step"] for r in ev if "eval/tokens_per_question" in r], tok, "o-", color="tab:orange", ms=4)
+    step_axis(b)
+    y_from_zero(b, "generated tokens per held-out question", tok)
+    b.set_title("episode length on the held-out check", fontsize=10)
+    fig.suptitle(run_title(method, env, seed, extra=f"held-out check: {checks}" if checks else "",
+                           model=model), fontsize=11)
+    save(fig, png)

@@ -27,7 +27,8 @@ from ..engines import build_engine, check_engine, sampling_params
 from ..errors import ConfigError
 from ..evaluation.runner import evaluate
 from ..models.critic import critic_config
-from ..reporting.metrics import MetricsLog, plot_learning_curve
+from ..reporting.metrics import MetricsLog, read_metrics
+from ..reporting.plots import learning_curve
 from ..rollout.controllers import RolloutContext
 from ..rollout.workers import Rollouts, open_rollouts
 from . import checkpoint
@@ -149,7 +150,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
         if comm.is_main:
             run.metrics.write(row)
         if progress:
-            progress.update(step, row, run.last_eval["mean@1"])
+            progress.update(step, row)    # `eval/success` only where a check ran
         if comm.is_main and (cfg.train.save_every and step % cfg.train.save_every == 0
                              or step == cfg.train.steps):
             save(run, step)
@@ -236,7 +237,10 @@ def evaluate_run(run: Run, step: int) -> dict:
 
 
 def _eval_fields(ev: dict) -> dict:
-    return {"eval/success": ev["mean@1"], "eval/tokens_per_question": ev["tokens_per_question"],
+    """A check's metrics row fields; `eval/success_se` is the task-clustered standard error of
+    `eval/success` (`evaluation.runner.task_clustered_se`; None with one held-out task)."""
+    return {"eval/success": ev["mean@1"], "eval/success_se": ev.get("mean@1_se"),
+            "eval/tokens_per_question": ev["tokens_per_question"],
             "eval/tool_calls": ev["tool_calls"]}
 
 
@@ -312,6 +316,10 @@ def finish(run: Run, t_start: float) -> dict:
     summary = {
         "method": cfg.method, "env": cfg.env.name, "model": cfg.model.name, "seed": cfg.seed,
         "base_success": run.base["mean@1"], "final_success": run.last_eval["mean@1"],
+        # task-clustered standard errors (None: one held-out task, or a check from a checkpoint
+        # written before checks recorded it)
+        "base_success_se": run.base.get("mean@1_se"),
+        "final_success_se": run.last_eval.get("mean@1_se"),
         "steps": cfg.train.steps, "wall_seconds": time.time() - t_start,
         "tokens_generated": run.tokens_total,
         "base_tokens_per_question": run.base["tokens_per_question"],
@@ -322,8 +330,9 @@ def finish(run: Run, t_start: float) -> dict:
     if comm.is_main:
         atomic_write_text(run.out / "summary.json", json.dumps(summary, indent=2))
         png = run.out / f".learning_curve.{os.getpid()}.tmp.png"
-        plot_learning_curve(run.out / "metrics.jsonl", png,
-                            title=f"{cfg.method} on {cfg.env.name}, seed {cfg.seed}")
+        learning_curve(read_metrics(run.out / "metrics.jsonl"), png, method=cfg.method,
+                       env=cfg.env.name, model=cfg.model.name, seed=cfg.seed,
+                       checks=f"{len(run.eval_tasks)} tasks x {cfg.train.eval_samples} samples")
         os.replace(png, run.out / "learning_curve.png")
         run.metrics.close()
     comm.close()
