@@ -6,7 +6,7 @@ import random
 from agentrl_cli.cli.options import load_config
 from agentrl_cli.config import RunConfig
 from agentrl_cli.models.loading import tiny_recipe
-from agentrl_cli.models.tiny import TinyRecipe, tiny_path, train_tokenizer
+from agentrl_cli.models.tiny import TinyRecipe, cache_path, train_tokenizer
 from agentrl_cli.train.loop import make_spec
 
 from env_checks import run_expert
@@ -30,7 +30,7 @@ def test_selector_resolves_to_the_long_config():
     # the keys of the cached builds (the recipe holds the env section; its key hashes the
     # fields under the names they had when it copied them one by one)
     assert (default.key(), long_recipe.key()) == ("578b34eb2c2a", "7f60a6b6c183")
-    assert str(tiny_path(default)).endswith("tiny-search-578b34eb2c2a")
+    assert str(cache_path(default)).endswith("tiny-search-578b34eb2c2a")
     assert TinyRecipe.from_flat(long_recipe.flat()) == long_recipe
     # the recipe's own seed and the env's seed come back apart (`seed` is the recipe's)
     other = TinyRecipe(seed=1)

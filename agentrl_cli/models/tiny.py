@@ -4,7 +4,10 @@ A tiny model is a locally trained tokenizer and a small Qwen3-architecture model
 *imperfect* expert demonstrations of a built-in env. Everything is built from the recipe below
 and the seed (no hub access), saved as an ordinary Hugging Face folder (so `--model tiny` and
 `--model /path` load through the same code), and cached under `$AGENTRL_CACHE` (default
-`~/.cache/agentrl`) keyed by a hash of the recipe. Building it (corpus, supervised warm-up,
+`~/.cache/agentrl`) keyed by a hash of the recipe. The builds of the default `search` env and
+of its long-horizon variant ship with the package (`shipped/`, found by the same key): their
+start is then the same on every machine, whatever its float kernels and thread count, and the
+first command trains at once. Building it (corpus, supervised warm-up,
 held-out check, critic fit) is training: `train/tiny_build.py`, which documents the schedule.
 Recipe v9: two layers (as good per step as four, 1.9x cheaper), error rate 0.15,
 cosine schedule over up to 4800 warm-up steps, built on two threads, stopped at the first
@@ -92,9 +95,30 @@ def cache_root() -> Path:
     return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
 
 
-def tiny_path(recipe: TinyRecipe) -> Path:
-    """The folder a recipe's build is published at (present once the build is complete)."""
+SHIPPED = Path(__file__).parent / "shipped"   # builds that ship with the package, one per folder
+
+
+def shipped_path(recipe: TinyRecipe) -> Path | None:
+    """The build of `recipe` that ships with the package (its `recipe.json` holds the same key),
+    or None: the recipe is then built once into the cache."""
+    for rec in sorted(SHIPPED.glob("*/recipe.json")):
+        try:
+            key = json.loads(rec.read_text()).get("key")
+        except (OSError, ValueError):
+            continue
+        if key == recipe.key():
+            return rec.parent
+    return None
+
+
+def cache_path(recipe: TinyRecipe) -> Path:
+    """The cache folder a recipe's local build is published at (present once it is complete)."""
     return cache_root() / f"tiny-{recipe.env.name}-{recipe.key()}"
+
+
+def tiny_path(recipe: TinyRecipe) -> Path:
+    """The folder `--model tiny` loads for `recipe`: the shipped build, else the cache's."""
+    return shipped_path(recipe) or cache_path(recipe)
 
 
 def is_built(path: Path) -> bool:

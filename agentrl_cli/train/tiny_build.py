@@ -41,7 +41,8 @@ import torch
 
 from ..config import RunConfig
 from ..models import loading
-from ..models.tiny import TinyRecipe, VALUE_HEAD, is_built, make_model, tiny_path, train_tokenizer
+from ..models.tiny import (TinyRecipe, VALUE_HEAD, cache_path, is_built, make_model, shipped_path,
+                           tiny_path, train_tokenizer)
 
 BUILD_THREADS = 2
 BUILD_LOCK = ".building"      # held (flock) by a live builder inside its temp folder
@@ -102,21 +103,36 @@ def clean_stale_builds(root: Path | None = None, log: Callable[[str], None] = pr
 
 
 def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
-    """Return the folder of the tiny model, building it (once) if absent. The build runs in a
-    temp folder that holds a lock while it lives and is renamed into place when done; builds
-    killed half-way are removed here (`clean_stale_builds`)."""
-    import fcntl
-
+    """Return the folder of the tiny model: the build that ships with the package for this
+    recipe, else the cache's, building it there (once) if absent. The build runs in a temp
+    folder that holds a lock while it lives and is renamed into place when done; builds killed
+    half-way are removed here (`clean_stale_builds`)."""
     path = tiny_path(recipe)
-    clean_stale_builds(path.parent, log)
+    clean_stale_builds(cache_path(recipe).parent, log)
     if is_built(path):
         return path
+    if recipe.max_steps > 0:
+        log(f"tiny: building the tiny agent for env '{recipe.env.name}' (recipe key "
+            f"{recipe.key()}; no build of it ships with the package) into {path}: a supervised "
+            f"warm-up of up to {recipe.max_steps} steps, about 5 minutes on an idle 2-core "
+            f"machine, much longer on a busy one; progress every {recipe.eval_every} steps. "
+            f"It is built once and cached. To skip it: --model PATH (any local Hugging Face "
+            f"folder) or a shorter warm-up (--set model.tiny_warmup_steps=N)")
+    publish_build(recipe, path, log)
+    return path
+
+
+def publish_build(recipe: TinyRecipe, path: Path, log: Callable[[str], None] = print) -> dict:
+    """Build `recipe` into `path`: in a locked temp folder beside it, renamed into place when
+    complete (a concurrent builder of the same recipe may win the rename: its build is kept)."""
+    import fcntl
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     fd = os.open(tmp / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        build_tiny(recipe, tmp, log)
+        info = build_tiny(recipe, tmp, log)
         (tmp / BUILD_LOCK).unlink()       # not part of the model; still held through fd
         try:
             os.replace(tmp, path)  # atomic publish; a concurrent builder may have won
@@ -126,7 +142,32 @@ def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(fd)
-    return path
+    return info
+
+
+def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
+    """`agentrl build-tiny`: remake `recipe` from scratch into the new folder `out`, and compare
+    it with the build that ships with the package (if one does) -> the build's `recipe.json`
+    plus `shipped` (its folder) and `identical` (the same weights, byte for byte)."""
+    from ..errors import ConfigError
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not empty: give a new folder")
+    if out.exists():
+        out.rmdir()                          # empty: published by rename below
+    info = publish_build(recipe, out.resolve(), log)
+    shipped = shipped_path(recipe)
+    info["shipped"] = None if shipped is None else str(shipped)
+    info["identical"] = None if shipped is None else (
+        _sha256(shipped / "model.safetensors") == _sha256(out / "model.safetensors"))
+    return info
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ------------------------------------------------------------------------------ building
@@ -318,6 +359,7 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
     ends holding the kept checkpoint (the best dev check, the later on a tie; the last step
     without dev tasks)."""
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    t0 = time.time()
     history = []
     best = (-1.0, 0, None)          # (dev success, step, state)
     step = 0
@@ -326,6 +368,11 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
         # demos are sorted by length, so a batch of neighbours wastes little on padding
         start = rng.randrange(len(demos) - recipe.batch_size + 1)
         loss = _sft_step(model, opt, demos[start:start + recipe.batch_size], fmt, recipe, lr)
+        if step % recipe.eval_every == 0 and step < recipe.eval_start:
+            spent = time.time() - t0
+            log(f"tiny: warm-up step {step}/{recipe.max_steps} loss {float(loss.detach()):.3f} "
+                f"({spent:.0f}s; checks of dev success from step {recipe.eval_start}, about "
+                f"{spent / step * (recipe.eval_start - step):.0f}s from now)")
         if dev_tasks and (step == recipe.max_steps
                           or step >= recipe.eval_start and step % recipe.eval_every == 0):
             success = _success(model, engine, fmt, spec, dev_tasks, recipe.dev_samples, recipe, gen)

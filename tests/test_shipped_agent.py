@@ -1,0 +1,83 @@
+"""The tiny agent that ships with the package: it is the build of the recipe in code, the main
+command loads it without building, and `agentrl build-tiny` remakes a recipe from scratch."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from agentrl_cli.cli.main import app
+from agentrl_cli.cli.options import load_config
+from agentrl_cli.models import tiny
+from agentrl_cli.models.loading import tiny_recipe
+
+from conftest import MICRO
+
+SHIPPED = {"search": None, "search-long": "search-long"}    # shipped folder -> --benchmark
+
+
+@pytest.mark.parametrize("folder,benchmark", sorted(SHIPPED.items()))
+def test_the_shipped_build_is_the_recipe_in_code(folder, benchmark):
+    recipe = tiny_recipe(load_config(None, None, benchmark))
+    shipped = json.loads((tiny.SHIPPED / folder / "recipe.json").read_text())
+    # every field by name, so a changed default says which one differs (then rebuild and ship:
+    # agentrl build-tiny [--benchmark B] --out agentrl_cli/models/shipped/<folder>)
+    assert shipped["recipe"] == recipe.flat()
+    assert shipped["key"] == recipe.key()
+    assert tiny.shipped_path(recipe) == tiny.SHIPPED / folder
+    files = {p.name for p in (tiny.SHIPPED / folder).iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", tiny.VALUE_HEAD,
+            "recipe.json"} <= files
+    size = sum(p.stat().st_size for p in (tiny.SHIPPED / folder).iterdir())
+    assert size < 4 * 2**20, size
+
+
+def test_the_main_command_loads_the_shipped_build_without_building(tmp_path, monkeypatch):
+    from agentrl_cli.train.tiny_build import load_policy
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+    logs = []
+    cfg = load_config(None, None)
+    model, tok, fmt, path = load_policy(cfg, log=logs.append)
+    assert path == str(tiny.SHIPPED / "search") and not logs
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    assert sum(p.numel() for p in model.parameters()) == json.loads(
+        (tiny.SHIPPED / "search" / "recipe.json").read_text())["params"]
+    # another recipe is not shipped: it goes to the cache
+    other = tiny_recipe(load_config(None, MICRO))
+    assert tiny.shipped_path(other) is None
+    assert tiny.tiny_path(other) == tiny.cache_path(other)
+    assert str(tiny.cache_path(other)).startswith(str(tmp_path / "cache"))
+
+
+def test_build_tiny_remakes_a_recipe_and_compares_it_with_the_shipped_build(tmp_path, monkeypatch):
+    runner = CliRunner()
+    sets = [a for s in MICRO for a in ("--set", s)]
+    first = tmp_path / "first"
+    r = runner.invoke(app, ["build-tiny", "--out", str(first), *sets])
+    assert r.exit_code == 0, r.output
+    assert "no build of this recipe ships with the package" in r.output
+    assert (first / "recipe.json").is_file() and (first / "model.safetensors").is_file()
+    # a non-empty --out is refused with one line, before any work
+    r = runner.invoke(app, ["build-tiny", "--out", str(first), *sets])
+    assert r.exit_code == 2 and "not empty" in r.output
+    # with the first build as the package's, a second build of the same recipe is compared to
+    # it: the same machine and thread count give the same weights, byte for byte
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    os.rename(first, shipped / "micro")
+    monkeypatch.setattr(tiny, "SHIPPED", shipped)
+    r = runner.invoke(app, ["build-tiny", "--out", str(tmp_path / "second"), *sets])
+    assert r.exit_code == 0, r.output
+    assert "the package ships this recipe's build" in r.output
+    assert "the same weights as the shipped build, byte for byte" in r.output
+    # and a different build (here: the weights altered) is reported as different
+    from agentrl_cli.train.tiny_build import rebuild
+
+    data = bytearray((shipped / "micro" / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (shipped / "micro" / "model.safetensors").write_bytes(bytes(data))
+    info = rebuild(tiny_recipe(load_config(None, MICRO)), tmp_path / "third", log=lambda s: None)
+    assert info["shipped"] == str(shipped / "micro") and info["identical"] is False
