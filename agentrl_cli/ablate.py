@@ -272,10 +272,14 @@ class StepLines:
     def start(self, total: int, done: int) -> None:
         self.total, self.done0, self.t0 = total, done, time.time()
 
-    def update(self, step: int, row: dict, eval_success: float) -> None:
+    def update(self, step: int, row: dict) -> None:
+        """The run's step line; held-out as in `agentrl train`'s (`reporting.live.held_out`):
+        the check's value ± se at a check, `–` on a step without one."""
+        from .reporting.live import held_out
+
         per = (time.time() - self.t0) / max(1, step - self.done0)
         self.log(f"  {self.label} step {step}/{self.total}  reward {row['reward/mean']:.2f}  "
-                 f"held-out {eval_success:.3f}  {row['rollout/tokens']} tokens  "
+                 f"held-out {held_out(row)}  {row['rollout/tokens']} tokens  "
                  f"{row['time/step']:.1f}s  (run ETA {per * (self.total - step):.0f}s)")
 
     def stop(self) -> None:

@@ -290,8 +290,9 @@ def test_plan_warmup_warning_and_progress(tmp_path, monkeypatch):
     lines = []
     p = AB.StepLines("mpo_beta=0 seed 0", lines.append)
     p.start(3, 0)
-    p.update(1, {"reward/mean": 0.5, "rollout/tokens": 120, "time/step": 1.0}, 0.2)
-    assert lines and "step 1/3" in lines[0] and "held-out 0.200" in lines[0] and "ETA" in lines[0]
+    p.update(1, {"reward/mean": 0.5, "rollout/tokens": 120, "time/step": 1.0,
+                 "eval/success": 0.2, "eval/success_se": 0.05})
+    assert lines and "step 1/3" in lines[0] and "held-out 0.20±0.05" in lines[0] and "ETA" in lines[0]
 
 
 def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):

@@ -221,3 +221,15 @@ def test_rollout_help_says_what_n_counts():
     text = " ".join(r.output.split())
     assert "Plain (linear) episodes unless --method names a tree method" in text
     assert "number of trees, one per task" in text
+
+
+def test_ablate_step_lines_show_a_dash_between_checks():
+    from agentrl_cli.ablate import StepLines
+
+    lines = []
+    s = StepLines("cell seed 0", lines.append)
+    s.start(2, 0)
+    row = {"reward/mean": 0.0, "rollout/tokens": 10, "time/step": 0.1}
+    s.update(1, row)
+    s.update(2, {**row, "eval/success": 0.5, "eval/success_se": HAND_SE})
+    assert "held-out –" in lines[0] and "held-out 0.50±0.29" in lines[1], lines

@@ -65,8 +65,8 @@ def summary_table(summary: dict) -> Table:
               f"{summary['final_tokens_per_question']:.1f}")
     t.add_row("tokens generated in training", "", f"{summary['tokens_generated']:,}")
     if "eval_tasks" in summary:
-        t.caption = (f"held-out: {summary['eval_tasks']} tasks x {summary['eval_samples']} samples; "
-                     "± is the standard error over tasks")
+        t.caption = (f"± standard error over {summary['eval_tasks']} held-out tasks "
+                     f"({summary['eval_samples']} samples each)")
     return t
 
 

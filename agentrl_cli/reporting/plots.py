@@ -154,8 +154,8 @@ def learning_curve(rows: Sequence[dict], png: Path, method: str | None = None,
     a.errorbar([r["step"] for r in ev], [r["eval/success"] for r in ev], yerr=se, fmt="o-",
                color="tab:orange", ms=4, capsize=3, label="held-out check (± se)")
     if base is not None:
-        base_line(a, base["eval/success"])
         bse = base.get("eval/success_se")
+        base_line(a, base["eval/success"], "base model ± se" if bse else "base model")
         if bse:
             a.axhspan(base["eval/success"] - bse, base["eval/success"] + bse, color="grey",
                       alpha=0.12, lw=0)

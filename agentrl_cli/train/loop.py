@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from ..evaluation.runner import evaluate
 from ..models.critic import critic_config
 from ..reporting.metrics import MetricsLog, read_metrics
+from ..reporting.live import with_se
 from ..reporting.plots import learning_curve
 from ..rollout.controllers import RolloutContext
 from ..rollout.workers import Rollouts, open_rollouts
@@ -199,7 +200,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
         if comm.is_main:
             run.metrics.reset()
             run.metrics.write({"step": 0, **_eval_fields(run.base)})
-        log(f"base held-out success {run.base['mean@1']:.3f}")
+        log(f"base held-out success {with_se(run.base['mean@1'], run.base.get('mean@1_se'))}")
     run.budget = step_budget(cfg, run.base)
     if run.budget != cfg.rollout.budget_tokens:
         log(f"budget: {run.budget} generated tokens per step (a linear step of the base policy)")
