@@ -76,6 +76,78 @@ def test_results_name_their_commands():
             assert re.search(r"[Cc]ommand|`agentrl |`python |`bash ", s), s.splitlines()[0]
 
 
+# Words about the work on the product rather than the product itself (the planted examples
+# below show each kind). Anywhere, code included: numbered work sessions. In prose (every line
+# of Markdown, YAML and other text files; comments and docstrings of Python and shell files,
+# whose code may use a scratch folder by design): issue and pull-request numbers, the machine or
+# session the text was written in (name the machine instead: a 2-core CPU, the GPU machine), a
+# goal of the work spoken of as a target (the product names its thresholds: `target_success`),
+# and scratch paths under the system's temp folder (examples write under runs/).
+ANYWHERE = re.compile(r"sessions? [0-9]|session-[0-9]", re.I)
+PROSE = re.compile(
+    r"(?<![\w&/#])#[0-9]{1,5}\b(?![\w-])"            # a hash and a number, not a colour or anchor
+    r"|\b(?:issue|pull request|PR|ticket)s? #?[0-9]+"
+    r"|\bthis (?:machine|session)\b"
+    r"|\bthe target\b"
+    r"|(?<![\w.~$])/tmp/",                             # not part of a longer path
+    re.I)
+
+
+def _prose_lines(text: str, suffix: str) -> dict[int, str]:
+    """Line number -> the prose on it: every line of a page; comments and docstrings (bare
+    string statements) of a Python or shell file."""
+    if suffix == ".py":
+        import io
+        import tokenize
+
+        out: dict[int, str] = {}
+        prev = tokenize.NEWLINE
+        try:
+            toks = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        except (tokenize.TokenError, SyntaxError):
+            return dict(enumerate(text.splitlines(), 1))
+        for i, t in enumerate(toks):
+            nxt = toks[i + 1].type if i + 1 < len(toks) else tokenize.ENDMARKER
+            docstring = (t.type == tokenize.STRING and nxt in (tokenize.NEWLINE, tokenize.ENDMARKER)
+                         and prev in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
+                                      tokenize.DEDENT, tokenize.ENCODING))
+            if t.type == tokenize.COMMENT or docstring:
+                for n, line in enumerate(t.string.splitlines(), t.start[0]):
+                    out[n] = out.get(n, "") + " " + line
+            if t.type not in (tokenize.COMMENT, tokenize.NL):
+                prev = t.type
+        return out
+    if suffix in (".sh", ".bash"):
+        return {n: m.group(1) for n, line in enumerate(text.splitlines(), 1)
+                if (m := re.search(r"(?:^|\s)(#.*)", line))}
+    return dict(enumerate(text.splitlines(), 1))
+
+
+def process_notes(text: str, suffix: str = ".md") -> list[int]:
+    """The line numbers of `text` (a file's contents; `suffix` its kind) with process notes."""
+    hits = {n for n, line in enumerate(text.splitlines(), 1) if ANYWHERE.search(line)}
+    hits |= {n for n, prose in _prose_lines(text, suffix).items() if PROSE.search(prose)}
+    return sorted(hits)
+
+
+def test_the_process_note_checker_on_planted_examples():
+    for bad in ("fixed in #17.", "see issue 30", "as PR 12 did", "(pull request #4)",
+                "measured on this machine", "in this session we", "session" + " 3",
+                "session" + "-12",
+                "The target of +10 points is not met", "agentrl train --out /tmp/x",
+                "AGENTRL_CACHE=/tmp/c python x.py", "logs go to ${OUT:-/tmp/check}"):
+        assert process_notes(f"ok\n{bad}\n") == [2], bad
+    for good in ("color #1f77b4 and #ffffff", "[link](page.md#agentrl-ablate)", "# 3 steps",
+                 "560 issues over a few repositories", "--out runs/g0", "a short folder in `/tmp`",
+                 "the warm-up stops at `target_success`", "the critic's target is exact",
+                 "$TMPDIR/tmp/x", "on a 2-core machine", "a/tmp/b"):
+        assert process_notes(f"{good}\n") == [], good
+    code = ('"""Run with OUT=/tmp/x."""\nOUT = "/tmp/x"  # default: a scratch folder\n'
+            'x = 1  # fixed in #17\nlog("/tmp/y")\n')
+    assert process_notes(code, ".py") == [1, 3]
+    assert process_notes('OUT=${OUT:-/tmp/x}\n# OUT=/tmp/y bash check.sh\n', ".sh") == [2]
+
+
 def test_no_process_notes_in_the_repository():
     try:
         files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
@@ -83,7 +155,6 @@ def test_no_process_notes_in_the_repository():
     except (OSError, subprocess.CalledProcessError):
         files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
                  if p.is_file() and not {".git", ".venv"} & set(p.parts)]
-    pat = re.compile(r"sessions? [0-9]|session-[0-9]", re.I)
     hits = []
     for f in files:
         p = ROOT / f
@@ -91,5 +162,5 @@ def test_no_process_notes_in_the_repository():
             text = p.read_text()
         except (UnicodeDecodeError, OSError):
             continue
-        hits += [f"{f}:{i}" for i, line in enumerate(text.splitlines(), 1) if pat.search(line)]
+        hits += [f"{f}:{n}" for n in process_notes(text, p.suffix)]
     assert not hits, hits
