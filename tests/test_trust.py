@@ -150,3 +150,164 @@ def test_holds_run_reads_the_marker(tmp_path):
     assert not run_folder.holds_run(d)
     (d / "summary.json").write_text("{}")
     assert run_folder.holds_run(d)
+
+
+# ------------------------------------------------------------------ checkpoints are data
+SETS = MICRO + ["train.steps=2", "train.save_every=1", "train.eval_every=2",
+                "rollout.max_new_tokens=6"]
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory) -> Path:
+    """Two grpo steps on the micro model, a checkpoint after each."""
+    from agentrl_cli import config
+    from agentrl_cli.train import loop
+
+    out = tmp_path_factory.mktemp("trust") / "run"
+    loop.train(config.load(method="grpo", sets=SETS), out, log=lambda s: None)
+    return out
+
+
+def _copy(run: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run, dst)
+    return dst
+
+
+class _Boom:
+    """A pickle that would create a file when unpickled."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __reduce__(self):
+        import os
+        return (os.system, (f"touch {self.target}",))
+
+
+def _plant_pickle(ckpt: Path, target: Path) -> None:
+    """Replace the trainer state with a code-running pickle, and re-sign the manifest so the
+    checkpoint verifies (someone else's checkpoint can do both)."""
+    import torch
+
+    from agentrl_cli.train import checkpoint
+
+    state = checkpoint.load_state(ckpt)
+    state["optimizer"] = _Boom(target)
+    torch.save(state, ckpt / checkpoint.STATE_FILE)
+    (ckpt / checkpoint.MANIFEST).unlink()
+    checkpoint.write_manifest(ckpt)
+    assert checkpoint.verify(ckpt) is None
+
+
+def test_the_trainer_state_is_tensors_and_plain_data(micro_run):
+    import torch
+
+    from agentrl_cli.train import checkpoint
+
+    f = checkpoint.step_dir(micro_run, 2) / checkpoint.STATE_FILE
+    state = torch.load(f, map_location="cpu", weights_only=True)
+    assert state["step"] == 2 and "optimizer" in state
+
+
+def test_rng_states_become_plain_data_and_restore_exactly():
+    import io
+    import random
+
+    import numpy as np
+    import torch
+
+    from agentrl_cli.train.checkpoint import plain_state
+
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state(), "n": np.float32(1.5)}
+    want = (random.random(), np.random.rand(), torch.rand(1).item())
+    buf = io.BytesIO()
+    torch.save(plain_state(state), buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=True)
+    random.setstate(back["python"])
+    name, keys, *rest = back["numpy"]
+    np.random.set_state((name, keys.numpy(), *rest))
+    torch.set_rng_state(back["torch"])
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == want
+    assert back["n"] == 1.5 and type(back["n"]) is float
+    with pytest.raises(TypeError, match=r"state\['f'\] is a function"):
+        plain_state({"f": lambda: 0})
+
+
+def test_a_pickle_that_would_run_code_is_refused(micro_run, tmp_path):
+    """--resume and diagnose on a checkpoint whose trainer state would run code when
+    unpickled: one line, exit 2, and the code never runs."""
+    from agentrl_cli.train import checkpoint
+
+    run = _copy(micro_run, tmp_path / "run")
+    target = tmp_path / "pwned"
+    _plant_pickle(checkpoint.step_dir(run, 2), target)
+    (run / "summary.json").unlink()
+    res = runner.invoke(app, ["train", "--resume", str(run)])
+    _one_line_exit_2(res, "holds more than tensors and plain data, refused")
+    assert not target.exists()
+    res = runner.invoke(app, ["diagnose", "variance", "--checkpoint", str(run), "--episodes", "1",
+                              "--png", str(tmp_path / "v.png")])
+    _one_line_exit_2(res, "holds more than tensors and plain data, refused")
+    assert not target.exists()
+    with pytest.raises(checkpoint.UnsafeCheckpoint):
+        checkpoint.load_state(checkpoint.step_dir(run, 2))
+    assert not target.exists()
+
+
+# ---------------------------------------------------- every read of a checkpoint verifies it
+def _flip_weights(ckpt: Path) -> None:
+    f = ckpt / "model.safetensors"
+    b = bytearray(f.read_bytes())
+    b[-5] ^= 0xFF                          # same size: only the sha256 can tell
+    f.write_bytes(bytes(b))
+
+
+READERS = {
+    "eval": lambda c, tmp: ["eval", "--checkpoint", str(c), "--tasks", "1", "--n", "1"],
+    "rollout": lambda c, tmp: ["rollout", "--checkpoint", str(c), "--n", "1",
+                               "--out", str(tmp / "e.jsonl"),
+                               *[a for s in MICRO for a in ("--set", s)]],
+    "diagnose variance": lambda c, tmp: ["diagnose", "variance", "--checkpoint", str(c),
+                                         "--episodes", "1", "--png", str(tmp / "v.png")],
+    "diagnose audit-tree": lambda c, tmp: ["diagnose", "audit-tree", "--checkpoint", str(c),
+                                           "--png", str(tmp / "a.png")],
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+@pytest.mark.parametrize("damage", ["weights corrupted, same size", "no manifest"])
+@pytest.mark.parametrize("given", ["run folder", "checkpoint folder"])
+def test_every_reader_refuses_a_damaged_checkpoint(micro_run, tmp_path, monkeypatch, reader,
+                                                   damage, given):
+    """No reader loads a checkpoint that does not verify, and none silently takes an older
+    one: one line naming the damaged checkpoint, exit 2, before any model is loaded."""
+    import agentrl_cli.models.loading as ml
+    from agentrl_cli.train import checkpoint
+
+    run = _copy(micro_run, tmp_path / "run")
+    newest = checkpoint.step_dir(run, 2)
+    if damage == "no manifest":
+        (newest / checkpoint.MANIFEST).unlink()
+    else:
+        _flip_weights(newest)
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded from a damaged checkpoint")
+    monkeypatch.setattr(ml, "load_policy", boom)
+    res = runner.invoke(app, READERS[reader](run if given == "run folder" else newest, tmp_path))
+    _one_line_exit_2(res, f"checkpoint {newest} is damaged")
+    assert ("no manifest.json" if damage == "no manifest" else "sha256") in res.output
+    assert f"pass --checkpoint {checkpoint.step_dir(run, 1)}" in res.output
+
+
+def test_a_reader_names_the_checkpoint_it_uses(micro_run, tmp_path):
+    from agentrl_cli.train import checkpoint
+
+    res = runner.invoke(app, READERS["rollout"](micro_run, tmp_path))
+    assert res.exit_code == 0, res.output
+    assert f"checkpoint: {checkpoint.step_dir(micro_run, 2)} (verified)" in res.output

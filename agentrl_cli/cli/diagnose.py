@@ -85,7 +85,7 @@ def audit_tree_cmd(
     run_dir = None
     if checkpoint is not None:
         from ..train.checkpoint import find
-        ckpt = find(checkpoint)
+        ckpt = find(checkpoint, log=lambda s: console.print(s, highlight=False))
         run_dir = ckpt.parent.parent
     cfg = _run_config(run_dir, config, set_, env=env, model=model, seed=seed)
     try:
@@ -191,7 +191,7 @@ def variance_cmd(
 
     _check_outputs(png or Path("variance.png"), json_path)
     console = Console()
-    ckpt = find(checkpoint)
+    ckpt = find(checkpoint, log=lambda s: console.print(s, highlight=False))
     cfg = _run_config(ckpt.parent.parent, config, set_, seed=seed)
     res = variance_report(cfg, ckpt, episodes, seed=0 if seed is None else seed)
     console.print(variance_table(res))

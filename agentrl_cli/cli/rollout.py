@@ -41,7 +41,7 @@ def rollout_cmd(
     check_output_file(out)
     if checkpoint is not None:
         from ..train.checkpoint import find
-        model = str(find(checkpoint))
+        model = str(find(checkpoint, log=lambda s: Console(stderr=True).print(s, highlight=False)))
     cfg = load_config(config, set_, benchmark=benchmark, method=method, env=env, model=model,
                       engine=engine, seed=seed)
     _build_model(cfg, policy, split)

@@ -91,8 +91,11 @@ def rank_checkpoint(cfg: RunConfig, ckpt: Path, episodes: int, continuations: in
 def critic_rank(cfg: RunConfig, run: Path, episodes: int = 8, continuations: int = 16,
                 seed: int = 0, log: Callable[[str], None] = lambda s: None) -> dict:
     """Spearman correlation of critic and Monte-Carlo values at every checkpoint of `run`."""
+    from ..train.checkpoint import find
+
     rows = []
-    for step, ckpt in run_checkpoints(run):
+    ckpts = [(step, find(c, log)) for step, c in run_checkpoints(run)]  # all verified first
+    for step, ckpt in ckpts:
         row = {"step": step, **rank_checkpoint(cfg, ckpt, episodes, continuations, seed)}
         rho = row["spearman"]
         log(f"step {step}: spearman {'n/a' if rho is None else f'{rho:.3f}'} over {row['states']} states")

@@ -8,17 +8,27 @@ other file's size and sha256), written last. Resuming continues exactly as if ne
 per-step random generators are derived from (seed, step), and the task order from the seed, so
 model + optimiser + critic + step is the whole state.
 
+A checkpoint may come from someone else, so it is data, never code: `trainer_state.pt` holds
+tensors and plain data only (dicts, lists, tuples, numbers, strings; RNG states as tensors or
+lists: `plain_state` converts and checks before the save) and loads with
+`torch.load(weights_only=True)`; a file that needs anything else (a pickle that would build
+objects or run code) is refused with one line (`UnsafeCheckpoint`).
+
 A checkpoint is built in a temp folder `.step-000010.xxxx` and renamed into place, so a kill
 during a save leaves at most that temp folder (removed when the run folder is next opened,
-`train.run_folder`). A checkpoint whose files do not match its manifest (truncated, emptied,
-overwritten) is damaged: readers name it and take the newest one that verifies. A checkpoint
-without a manifest (older builds) is accepted when its two state files are present and load.
+`train.run_folder`). Every read verifies the checkpoint against its manifest first (sizes and
+sha256; `verify`): a checkpoint whose files do not match (truncated, emptied, overwritten, or
+corrupted at the same size) or that has no manifest is damaged. `--resume` names each damaged
+checkpoint and continues from the newest one that verifies (`load_for_resume`); every other
+reader (`eval`, `rollout`, `diagnose`) calls `find`, which names the checkpoint it uses and
+stops with a one-line error naming a damaged one (never an older checkpoint in its place).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -34,6 +44,34 @@ STATE_FILE = "trainer_state.pt"
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST = "manifest.json"
 _STEP = re.compile(r"^step-(\d+)$")
+
+
+class UnsafeCheckpoint(ConfigError):
+    """A trainer state that is more than tensors and plain data (refused, never loaded)."""
+
+
+def plain_state(obj, where: str = "state"):
+    """`obj` as tensors and plain data only (what `torch.load(weights_only=True)` reads back):
+    numpy arrays become tensors, numpy scalars Python numbers, sets sorted lists; anything else
+    (an object, a function) is a TypeError naming where it is, raised before the save."""
+    import numpy as np
+
+    if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor, torch.dtype, torch.Size)):
+        return obj
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k if isinstance(k, (str, int)) else str(k): plain_state(v, f"{where}[{k!r}]")
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        out = [plain_state(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return tuple(out) if isinstance(obj, tuple) else out
+    if isinstance(obj, (set, frozenset)):
+        return sorted(plain_state(v, where) for v in obj)
+    raise TypeError(f"{where} is a {type(obj).__name__}: a checkpoint holds tensors and plain "
+                    "data only")
 
 
 def step_dir(out: Path, step: int) -> Path:
@@ -64,7 +102,7 @@ def save(out: Path, step: int, model, tokenizer, state: dict) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:06d}.", dir=final.parent))
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    torch.save(state, tmp / STATE_FILE)
+    torch.save(plain_state(state), tmp / STATE_FILE)
     write_manifest(tmp)                   # last: a checkpoint with a manifest is complete
     if final.exists():
         shutil.rmtree(final)
@@ -78,11 +116,8 @@ def verify(ckpt: Path, hashes: bool = True) -> str | None:
     if not ckpt.is_dir():
         return "not a folder"
     man = ckpt / MANIFEST
-    if not man.is_file():                 # an older build's checkpoint: no manifest to check
-        for name in (STATE_FILE, WEIGHTS_FILE):
-            if not (ckpt / name).is_file() or (ckpt / name).stat().st_size == 0:
-                return f"{name} missing or empty"
-        return None
+    if not man.is_file():                 # nothing vouches for its files
+        return f"no {MANIFEST} (the sizes and sha256 of its files)"
     try:
         files = json.loads(man.read_text())["files"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
@@ -90,7 +125,12 @@ def verify(ckpt: Path, hashes: bool = True) -> str | None:
     for name in (STATE_FILE, WEIGHTS_FILE):
         if name not in files:
             return f"{MANIFEST} does not list {name}"
+    if not isinstance(files, dict):
+        return f"{MANIFEST} unreadable"
     for name, meta in files.items():
+        if not isinstance(meta, dict) or not isinstance(meta.get("size"), int) or (
+                not isinstance(meta.get("sha256"), str)) or ".." in Path(name).parts:
+            return f"{MANIFEST} unreadable"
         p = ckpt / name
         if not p.is_file():
             return f"{name} missing"
@@ -118,31 +158,49 @@ def steps_newest_first(run: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def find(path: str | Path, log: Callable[[str], None] | None = None, hashes: bool = False) -> Path:
-    """A checkpoint folder from a run folder (its newest checkpoint that verifies; damaged ones
-    are named through `log` and skipped) or a checkpoint folder (an error if it is damaged)."""
+def find(path: str | Path, log: Callable[[str], None] | None = None) -> Path:
+    """The checkpoint a command reads, verified against its manifest (sizes and sha256): a
+    checkpoint folder, or a run folder's newest checkpoint. Named through `log`; a damaged one
+    is a one-line error naming it (and the newest one that verifies, to pass instead), never
+    silently replaced by an older one. Every reader but `--resume` calls this."""
     p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"no checkpoint found at {p}")
     if is_checkpoint(p):
-        why = verify(p, hashes)
-        if why:
-            raise ConfigError(f"checkpoint {p} is damaged: {why}")
-        return p
-    damaged = []
-    for c in steps_newest_first(p):
-        why = verify(c, hashes)
-        if why is None:
-            if damaged and log:
-                log(f"using {c.name}: " + "; ".join(f"{d.name} is damaged ({w})" for d, w in damaged))
-            return c
-        damaged.append((c, why))
-    if damaged:
-        raise ConfigError(f"no usable checkpoint in {p}: " +
-                          "; ".join(f"{d.name} is damaged ({w})" for d, w in damaged))
-    raise ConfigError(f"no checkpoint found at {p}")
+        ckpt = p
+    else:
+        found = steps_newest_first(p)
+        if not found:
+            raise ConfigError(f"no checkpoint found at {p}")
+        ckpt = found[0]
+    why = verify(ckpt)
+    if why:
+        whole = next((c for c in (steps_newest_first(ckpt.parent.parent)
+                                  if ckpt.parent.name == "checkpoints" else [])
+                      if c != ckpt and verify(c) is None), None)
+        raise ConfigError(f"checkpoint {ckpt} is damaged: {why}" + (
+            f" (the newest whole one is {whole}: pass --checkpoint {whole} to use it)"
+            if whole is not None else ""))
+    load_state(ckpt, mmap=True)           # refused now, before any work, if it is not data
+    if log is not None:
+        log(f"checkpoint: {ckpt} (verified)")
+    return ckpt
 
 
-def load_state(ckpt: Path) -> dict:
-    return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+def load_state(ckpt: Path, mmap: bool = False) -> dict:
+    """The trainer state of a checkpoint, as tensors and plain data (`weights_only=True`): a
+    file that would need to build any other object is `UnsafeCheckpoint`, and is not run.
+    `mmap`: tensors stay on disk until read (a cheap check of the whole structure)."""
+    f = Path(ckpt) / STATE_FILE
+    try:
+        state = torch.load(f, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln or "global" in ln), "")
+        raise UnsafeCheckpoint(f"{f} holds more than tensors and plain data, refused (loading it "
+                               f"could run code){': ' + first if first else ''}") from None
+    if not isinstance(state, dict):
+        raise UnsafeCheckpoint(f"{f} is not a trainer state (a {type(state).__name__})")
+    return state
 
 
 def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
@@ -160,7 +218,9 @@ def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
         if why is None:
             try:
                 state, weights = load_state(c), load_file(str(c / WEIGHTS_FILE))
-            except Exception as e:  # an older checkpoint without a manifest, cut short
+            except UnsafeCheckpoint:
+                raise                     # not damaged but hostile: stop, whatever is older
+            except Exception as e:  # whole by its manifest, yet does not load
                 why = f"does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             else:
                 for d, w in damaged:
