@@ -77,7 +77,7 @@ def eval_table(res: dict, title: str) -> Table:
     t.add_column("pass^k")
     for k in res["pass@k"]:
         t.add_row(k, f"{res['pass@k'][k]:.3f}", f"{res['pass^k'][k]:.3f}")
-    t.caption = (f"mean@1 {with_se(res['mean@1'], res.get('mean@1_se'))} (± task-clustered "
-                 f"standard error) · tokens/question {res['tokens_per_question']:.1f} · "
+    t.caption = (f"mean@1 {with_se(res['mean@1'], res.get('mean@1_se'))} (± se over tasks) · "
+                 f"tokens/question {res['tokens_per_question']:.1f} · "
                  f"n={res['n']} samples x {res['tasks']} tasks")
     return t
