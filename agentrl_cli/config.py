@@ -89,9 +89,9 @@ class RolloutConfig:
     budget_match: bool = False
     """With budget_tokens 0: cap each step at what a linear (GRPO) step of the base policy generates, tasks_per_step x group_size x the base held-out evaluation's tokens per question (the focus recipe sets it)."""
     workers: int = 0
-    """Ray rollout workers, each with its own engine and envs (0: generate in the trainer process)."""
+    """Ray rollout workers, each with its own engine and envs (0: generate in the trainer process). May change on --resume."""
     ray_address: str = ""
-    """Ray cluster to join with rollout.workers > 0 (empty: start a local Ray)."""
+    """Ray cluster to join with rollout.workers > 0 (empty: start a local Ray). May change on --resume."""
     worker_gpus: float = 0.0
     """GPUs per Ray rollout worker (0: CPU workers)."""
     vllm_gpu_memory: float = 0.4
@@ -185,7 +185,7 @@ class AlgoConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 100
-    """Training steps (one rollout batch + update each)."""
+    """Training steps (one rollout batch + update each). May change on --resume."""
     lr: float = 2e-4
     """Adam learning rate."""
     critic_lr: float = 0.0
@@ -211,15 +211,15 @@ class TrainConfig:
     pack: bool = False
     """Packed forward passes: a micro-batch's episodes run as one row without padding (position ids restart per episode, attention stays within each episode), train.max_tokens_per_microbatch then counts real tokens; false: right-padded rows of similar length. Needs sdpa or sink_sdpa attention without activation checkpointing (otherwise, and for episodes with context resets, the padded pass runs)."""
     eval_every: int = 10
-    """Evaluate on held-out tasks every N steps (0: only at the start and the end)."""
+    """Evaluate on held-out tasks every N steps (0: only at the start and the end). May change on --resume."""
     eval_tasks: int = 60
     """Held-out tasks per evaluation."""
     eval_samples: int = 4
     """Samples per held-out task in training-time evaluations."""
     save_every: int = 10
-    """Checkpoint every N steps (0: only at the end)."""
+    """Checkpoint every N steps (0: only at the end). May change on --resume."""
     log: str = ""
-    """Metric sinks besides metrics.jsonl, comma-separated: tensorboard (<run>/tensorboard/, needs the `tensorboard` extra) | wandb (mode from WANDB_MODE, e.g. offline); empty: none."""
+    """Metric sinks besides metrics.jsonl, comma-separated: tensorboard (<run>/tensorboard/, needs the `tensorboard` extra) | wandb (mode from WANDB_MODE, e.g. offline); empty: none. May change on --resume."""
 
 
 @dataclass(frozen=True)
@@ -643,6 +643,27 @@ def describe() -> list[tuple[str, str, str]]:
 
     walk(RunConfig, "")
     return rows
+
+
+# What `train --resume` may change (how long, how often to check and save, where metrics and
+# rollouts go): none of them changes what the run computes. Any other key, and the options
+# --method/--env/--seed/--config/--model/--benchmark/--engine, would make the resumed run a
+# different run, so a resume refuses them (`resume_changes`).
+RESUME_KEYS = ("train.steps", "train.eval_every", "train.save_every", "train.log",
+               "rollout.workers", "rollout.ray_address")
+
+
+def resume_changes(saved: RunConfig, resumed: RunConfig) -> dict[str, list]:
+    """{key: [saved value, new value]} for the keys a resume changes; a key outside
+    RESUME_KEYS is a one-line error naming it."""
+    a, b = flatten(saved), flatten(resumed)
+    changed = {k: [a[k], b[k]] for k in a if k != "out" and a[k] != b[k]}
+    for key in changed:
+        if key not in RESUME_KEYS:
+            raise ConfigError(f"--set {key}={b[key]} would change the resumed run (it ran with "
+                              f"{key}={a[key]}); a resume may change only "
+                              f"{', '.join(RESUME_KEYS)}; start a new run with --out instead")
+    return changed
 
 
 def load_saved(run_dir: str | Path, sets: list[str] | None = None) -> RunConfig:

@@ -311,3 +311,56 @@ def test_a_reader_names_the_checkpoint_it_uses(micro_run, tmp_path):
     res = runner.invoke(app, READERS["rollout"](micro_run, tmp_path))
     assert res.exit_code == 0, res.output
     assert f"checkpoint: {checkpoint.step_dir(micro_run, 2)} (verified)" in res.output
+
+
+# ------------------------------------------------------- a resume continues the same run
+@pytest.mark.parametrize("args, needle", [
+    (["--method", "ppo"], "--method would change the resumed run"),
+    (["--env", "search"], "--env would change the resumed run"),
+    (["--seed", "1"], "--seed would change the resumed run"),
+    (["--config", "x.yaml"], "--config would change the resumed run"),
+    (["--model", "tiny"], "--model would change the resumed run"),
+    (["--benchmark", "anything"], "--benchmark would change the resumed run"),
+    (["--set", "train.lr=1e-3"], "--set train.lr=0.001 would change the resumed run"),
+    (["--set", "rollout.group_size=4", "--steps", "3"], "--set rollout.group_size=4 would change"),
+])
+def test_resume_refuses_options_that_change_the_run(micro_run, tmp_path, monkeypatch, args,
+                                                    needle):
+    import agentrl_cli.models.loading as ml
+    from agentrl_cli.train import loop
+
+    run = _copy(micro_run, tmp_path / "run")
+    before = _snapshot(run)
+
+    def boom(*a, **k):
+        raise AssertionError("work started before the mistake was reported")
+    monkeypatch.setattr(loop, "load_policy", boom)
+    monkeypatch.setattr(ml, "load_policy", boom)
+    res = runner.invoke(app, ["train", "--resume", str(run), *args])
+    _one_line_exit_2(res, needle)
+    assert _snapshot(run) == before
+
+
+def test_resume_on_a_finished_run_leaves_it(micro_run, tmp_path, monkeypatch):
+    from agentrl_cli.train import loop
+
+    run = _copy(micro_run, tmp_path / "run")
+    before = _snapshot(run)
+    monkeypatch.setattr(loop, "load_policy", lambda *a, **k: pytest.fail("work started"))
+    res = runner.invoke(app, ["train", "--resume", str(run)])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "is finished (2 steps" in lines[0], res.output
+    assert _snapshot(run) == before
+
+
+def test_what_a_resume_changed_is_recorded(micro_run, tmp_path):
+    """Raising train.steps (and how often to check) continues the run; the marker's
+    `resumes` keeps the values it started with."""
+    run = _copy(micro_run, tmp_path / "run")
+    res = runner.invoke(app, ["train", "--resume", str(run), "--steps", "3",
+                              "--set", "train.eval_every=3"])
+    assert res.exit_code == 0, res.output
+    marker = json.loads((run / MARKER).read_text())
+    assert marker["resumes"][-1]["changed"] == {"train.steps": [2, 3], "train.eval_every": [2, 3]}
+    assert json.loads((run / "summary.json").read_text())["steps"] == 3
