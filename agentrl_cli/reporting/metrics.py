@@ -1,4 +1,5 @@
-"""metrics.jsonl (one JSON object per step, fixed metric names) and learning-curve plots."""
+"""metrics.jsonl: one JSON object per step, fixed metric names (a run's figure is
+`reporting.plots.learning_curve`)."""
 from __future__ import annotations
 
 import json
@@ -68,31 +69,3 @@ def read_metrics(path: Path, on_torn: Callable[[str], None] | None = None) -> li
             raise ValueError(f"{path}: line {i} is not a JSON object (the file is damaged)") from None
         rows.append(row)
     return rows
-
-
-def plot_learning_curve(metrics_path: Path, png: Path, title: str = "") -> None:
-    """A run's figure: held-out success per check (the base model's as a dashed line) with the
-    sampled training success per step, and generated tokens per held-out question, from 0."""
-    from . import plots
-
-    rows = read_metrics(metrics_path)
-    tr = [r for r in rows if "success" in r]
-    ev = [r for r in rows if "eval/success" in r]
-    base = next((r["eval/success"] for r in ev if r["step"] == 0), None)
-    fig, (a, b) = plots.figure(2, width=5.6)
-    if tr:
-        a.plot([r["step"] for r in tr], [r["success"] for r in tr], color="tab:blue", alpha=0.35,
-               lw=1, label="training episodes (sampled)")
-    a.plot([r["step"] for r in ev], [r["eval/success"] for r in ev], "o-", color="tab:orange",
-           ms=4, label="held-out check")
-    plots.base_line(a, base)
-    plots.step_axis(a)
-    plots.rate_axis(a, "success rate", [r["success"] for r in tr] + [r["eval/success"] for r in ev])
-    a.set_title(title or "learning curve", fontsize=10)
-    plots.legend_outside(a)
-    tok = [r["eval/tokens_per_question"] for r in ev if "eval/tokens_per_question" in r]
-    b.plot([r["step"] for r in ev if "eval/tokens_per_question" in r], tok, "o-", color="tab:orange", ms=4)
-    plots.step_axis(b)
-    plots.y_from_zero(b, "generated tokens per held-out question", tok)
-    b.set_title("episode length on the held-out check", fontsize=10)
-    plots.save(fig, png)
