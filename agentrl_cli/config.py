@@ -268,7 +268,7 @@ _POSITIVE = {
     "rollout.batch_size", "train.lr", "train.ppo_epochs", "train.minibatches",
     "train.max_tokens_per_microbatch", "train.eval_tasks", "train.eval_samples",
     "env.max_turns", "env.min_hops", "algo.vine_k", "algo.trace_eps", "algo.trace_k",
-    "algo.overlong_cache",
+    "algo.overlong_cache", "env.n_train", "env.n_eval",
 }
 _NON_NEGATIVE = {
     "train.steps", "train.eval_every", "train.save_every", "train.grad_clip", "train.weight_decay",
@@ -276,7 +276,7 @@ _NON_NEGATIVE = {
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps", "algo.agg_norm",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
     "train.logprob_chunk", "train.logprob_tolerance", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
-    "train.critic_warmup",
+    "train.critic_warmup", "seed", "env.seed",
 }
 # Upper bounds on sizes that can only be mistakes (`--set rollout.group_size=1e9` would fail
 # much later with MemoryError); `describe()` (the config reference) lists each with its field.
@@ -291,6 +291,7 @@ _CAPS = {
     "env.max_turns": 10_000, "env.n_entities": 10**6, "env.n_train": 10**7, "env.n_eval": 10**6,
     "env.min_hops": 100, "env.max_hops": 100, "model.tiny_warmup_steps": 10**7,
     "context.threshold_tokens": 2**20,
+    "seed": 2**63 - 1, "env.seed": 2**63 - 1,   # what torch's and Python's generators take
 }
 # episodes x tokens of one step's batch tensors ([episodes, max_tokens] per field)
 BATCH_CELLS_CAP = 2**31
@@ -345,6 +346,10 @@ def _validate(cfg: RunConfig) -> None:
         raise ConfigError(f"rollout.vllm_gpu_memory must be in (0, 1], got {cfg.rollout.vllm_gpu_memory}")
     if not 0.0 < cfg.rollout.top_p <= 1.0:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {cfg.rollout.top_p}")
+    if cfg.rollout.max_new_tokens > cfg.rollout.max_tokens:
+        raise ConfigError(f"rollout.max_new_tokens ({cfg.rollout.max_new_tokens}) must be <= "
+                          f"rollout.max_tokens ({cfg.rollout.max_tokens}): one turn cannot "
+                          "outgrow the whole episode")
     if cfg.algo.overlong_shaping and cfg.algo.overlong_cache > cfg.rollout.max_tokens:
         raise ConfigError(f"algo.overlong_cache ({cfg.algo.overlong_cache}) must be <= "
                           f"rollout.max_tokens ({cfg.rollout.max_tokens})")
@@ -473,8 +478,52 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+# What a YAML file may make us read and build, checked before it is parsed: its size, and the
+# nodes it holds once every alias is expanded (a few KB of nested aliases, "billion laughs",
+# would otherwise expand to gigabytes in whatever walks the result).
+YAML_BYTES_CAP = 1 << 20
+YAML_NODES_CAP = 100_000
+
+
+def check_yaml(text: str, where: str) -> None:
+    """A one-line error if `text` expands to more than YAML_NODES_CAP nodes (aliases counted
+    at their full size); counted on the parser's event stream, which never builds the nodes."""
+    import yaml
+
+    sizes: dict[str, int] = {}            # anchor -> expanded size of its node
+    stack: list[list] = []                # open collections: [anchor, size so far]
+    total = 0
+
+    def done(size: int, anchor: str | None) -> None:
+        nonlocal total
+        if anchor is not None:
+            sizes[anchor] = size
+        if stack:
+            stack[-1][1] += size
+        else:
+            total += size
+        if total + sum(c[1] for c in stack) > YAML_NODES_CAP:
+            raise ConfigError(f"{where} expands to more than {YAML_NODES_CAP:,} YAML nodes "
+                              "(nested aliases?); refused before parsing")
+
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                stack.append([ev.anchor, 1])
+            elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                anchor, size = stack.pop()
+                done(size, anchor)
+            elif isinstance(ev, yaml.ScalarEvent):
+                done(1, ev.anchor)
+            elif isinstance(ev, yaml.AliasEvent):
+                done(sizes.get(ev.anchor, 1), None)
+    except yaml.YAMLError:
+        return                            # the loader reports it, with its line
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML preset into flat dotted keys (nested sections or dotted keys both work)."""
+    """Read a YAML preset into flat dotted keys (nested sections or dotted keys both work).
+    At most YAML_BYTES_CAP bytes and YAML_NODES_CAP nodes (`check_yaml`)."""
     import yaml
 
     p = Path(path)
@@ -482,12 +531,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} is a folder; give a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
-    raw = p.read_bytes()
+    if p.stat().st_size > YAML_BYTES_CAP:
+        raise ConfigError(f"config file {p} has {p.stat().st_size:,} bytes; a config is at most "
+                          f"{YAML_BYTES_CAP:,}")
+    with p.open("rb") as f:
+        raw = f.read(YAML_BYTES_CAP + 1)
+    if len(raw) > YAML_BYTES_CAP:         # grew since the stat (or a pipe)
+        raise ConfigError(f"config file {p} has more than {YAML_BYTES_CAP:,} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
         raise ConfigError(f"{p} is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line})") from None
+    check_yaml(text, str(p))
     try:
         data = yaml.load(text, Loader=_unique_key_loader()) or {}
     except ConfigError as e:

@@ -364,3 +364,74 @@ def test_what_a_resume_changed_is_recorded(micro_run, tmp_path):
     marker = json.loads((run / MARKER).read_text())
     assert marker["resumes"][-1]["changed"] == {"train.steps": [2, 3], "train.eval_every": [2, 3]}
     assert json.loads((run / "summary.json").read_text())["steps"] == 3
+
+
+# ---------------------------------------------------- bounds and cross-key checks, before work
+def _bomb(levels: int = 9) -> str:
+    """The "billion laughs": each level is ten aliases of the one before (10^levels strings)."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    import yaml
+
+    from agentrl_cli import config
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_bomb())
+    assert bomb.stat().st_size < 2048
+
+    def never(*a, **k):
+        raise AssertionError("the YAML was constructed")
+    monkeypatch.setattr(yaml, "load", never)
+    with pytest.raises(ConfigError, match="expands to more than 100,000 YAML nodes"):
+        config.read_yaml(bomb)
+    monkeypatch.undo()                    # the CLI also reads benchmarks.yaml
+    res = runner.invoke(app, ["train", "--config", str(bomb)])
+    _one_line_exit_2(res, "expands to more than 100,000 YAML nodes")
+
+
+def test_yaml_aliases_within_bounds_still_load(tmp_path):
+    from agentrl_cli import config
+
+    p = tmp_path / "ok.yaml"
+    p.write_text("rollout: &r\n  group_size: 4\ntrain:\n  steps: 3\n")
+    assert config.read_yaml(p) == {"rollout.group_size": 4, "train.steps": 3}
+
+
+def test_a_huge_yaml_file_is_refused_unread(tmp_path, monkeypatch):
+    from agentrl_cli import config
+
+    p = tmp_path / "big.yaml"
+    p.write_text("train:\n  steps: 3\n" + "#" * (config.YAML_BYTES_CAP + 10) + "\n")
+    monkeypatch.setattr(config, "check_yaml", lambda *a: pytest.fail("the file was parsed"))
+    with pytest.raises(ConfigError, match="a config is at most 1,048,576"):
+        config.read_yaml(p)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["train", "--set", "rollout.max_new_tokens=900", "--set", "rollout.max_tokens=800"],
+     "rollout.max_new_tokens (900) must be <= rollout.max_tokens (800)"),
+    (["train", "--set", "train.eval_tasks=100"],
+     "train.eval_tasks=100 is above the search eval split's 60 tasks"),
+    (["eval", "--tasks", "61"], "--tasks=61 is above the search eval split's 60 tasks"),
+    (["train", "--seed", str(10**30)], "seed must be <= 9,223,372,036,854,775,807"),
+    (["train", "--set", "seed=-1"], "seed must be >= 0"),
+    (["train", "--set", "env.n_train=0"], "env.n_train must be > 0, got 0"),
+    (["train", "--set", "env.n_eval=0"], "env.n_eval must be > 0, got 0"),
+])
+def test_cross_key_and_bound_mistakes_are_one_line(tmp_path, monkeypatch, args, needle):
+    import agentrl_cli.models.loading as ml
+    from agentrl_cli.train import loop
+
+    def boom(*a, **k):
+        raise AssertionError("work started before the mistake was reported")
+    monkeypatch.setattr(loop, "load_policy", boom)
+    monkeypatch.setattr(ml, "load_policy", boom)
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, args)
+    _one_line_exit_2(res, needle)
+    assert not (tmp_path / "runs").exists()           # no run folder left behind

@@ -62,6 +62,8 @@ def eval_cmd(
         run = None
         cfg = load_config(config, set_, benchmark=benchmark, env=env, model=model, engine=engine,
                           seed=seed)
+    from ..train.setup import check_eval_tasks
+    check_eval_tasks(cfg, tasks, "--tasks" if tasks else "train.eval_tasks")
     tasks = tasks or cfg.train.eval_tasks
     n = n if n is not None else max(cfg.train.eval_samples, pass_k or 1)
     pass_k = pass_k or n

@@ -143,8 +143,14 @@ def _load(path: str) -> dict[str, Benchmark]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"benchmarks file not found: {p}")
+    from ..config import YAML_BYTES_CAP, check_yaml
+
+    if p.stat().st_size > YAML_BYTES_CAP:
+        raise ConfigError(f"benchmarks file {p} has more than {YAML_BYTES_CAP:,} bytes")
+    text = p.read_text()
+    check_yaml(text, str(p))              # bounded before it is built (nested aliases)
     try:
-        doc = yaml.safe_load(p.read_text()) or {}
+        doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML in {p}: {getattr(e, 'problem', e)}") from None
     entries = doc.get("benchmarks") if isinstance(doc, dict) else None

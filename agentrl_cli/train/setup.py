@@ -28,6 +28,27 @@ def check_names(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+def check_eval_tasks(cfg: RunConfig, n: int | None = None, what: str = "train.eval_tasks") -> None:
+    """`n` held-out tasks (default `train.eval_tasks`) exist in the env's eval split; more is a
+    one-line error, not a silent cut to the split's size. Builds the env spec (cheap: no
+    model), so it runs before any work."""
+    from ..context import make_spec
+    from ..errors import ConfigError
+
+    n = cfg.train.eval_tasks if n is None else n
+    size = len(make_spec(cfg).tasks("eval"))
+    if n > size:
+        hint = " (or raise env.n_eval)" if "n_eval" in _env_options(cfg.env.name) else ""
+        raise ConfigError(f"{what}={n} is above the {cfg.env.name} eval split's {size} tasks: "
+                          f"give at most {size}{hint}")
+
+
+def _env_options(name: str) -> tuple[str, ...]:
+    from ..envs import ENVS
+
+    return tuple(getattr(ENVS.get(name), "options", ()) or ())
+
+
 def load_checked(*args, **kwargs) -> RunConfig:
     """`config.load(...)` followed by `check_names`: the config a command runs with."""
     return check_names(load(*args, **kwargs))
