@@ -15,7 +15,8 @@ the base config's own `rollout.budget_tokens` when that is set. It is written to
 Resumable: a run whose folder has `summary.json` is finished and skipped; one with a checkpoint
 resumes from it (`agentrl train --resume`); anything else starts over.
 Cells run one after another in this process (`jobs = 1`) or as `jobs` parallel
-`agentrl train` subprocesses (each with its log in `train.log`).
+`agentrl train` subprocesses (each with its log in `<out>/logs/<cell>-seed-<S>.log`, outside the
+run folder, which only the run itself writes).
 
 Presets (`PRESETS`): the papers' named ablations: FOCUS refinement rollouts on/off,
 compaction vs workspace, free vs structured compaction; MPO turn vs token ratio; TRACE K = 3
@@ -298,6 +299,14 @@ def _train_here(sweep: Sweep, cell: Cell, seed: int, log: Callable[[str], None] 
                  overwrite=True)              # a run with no checkpoint starts over
 
 
+def job_log(sweep: Sweep, cell: Cell, seed: int) -> Path:
+    """The output of a run's `agentrl train` subprocess: beside the run folder, not in it (a
+    fresh run refuses a folder holding files it did not write)."""
+    logs = sweep.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{cell.name}-seed-{seed}.log"
+
+
 def _train_parallel(sweep: Sweep, todo, jobs: int, log) -> tuple[list, list]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
@@ -307,12 +316,12 @@ def _train_parallel(sweep: Sweep, todo, jobs: int, log) -> tuple[list, list]:
         while queue and len(running) < jobs:
             cell, seed = queue.pop(0)
             run = sweep.run_dir(cell, seed)
-            run.mkdir(parents=True, exist_ok=True)
-            logf = (run / "train.log").open("w")
+            run.parent.mkdir(parents=True, exist_ok=True)
+            logf = job_log(sweep, cell, seed).open("w")
             running.append((subprocess.Popen(train_command(sweep, cell, seed), stdout=logf, stderr=subprocess.STDOUT, env=env),
                             cell, seed, logf))
             started += 1
-            log(f"[{started}/{n}] started {cell.name} seed {seed} (log: {run / 'train.log'})")
+            log(f"[{started}/{n}] started {cell.name} seed {seed} (log: {job_log(sweep, cell, seed)})")
         proc, cell, seed, logf = running[0]
         for item in running:  # wait for whichever finishes first
             if item[0].poll() is not None:
@@ -329,7 +338,7 @@ def _train_parallel(sweep: Sweep, todo, jobs: int, log) -> tuple[list, list]:
             ran.append((cell.name, seed))
             log(f"  finished {cell.name} seed {seed}")
         else:
-            tail = (sweep.run_dir(cell, seed) / "train.log").read_text().strip().splitlines()[-1:]
+            tail = job_log(sweep, cell, seed).read_text().strip().splitlines()[-1:]
             failed.append((cell.name, seed, tail[0] if tail else f"exit {proc.returncode}"))
             log(f"  failed {cell.name} seed {seed}: {failed[-1][2]}")
     return ran, failed
