@@ -435,3 +435,16 @@ def test_cross_key_and_bound_mistakes_are_one_line(tmp_path, monkeypatch, args, 
     res = runner.invoke(app, args)
     _one_line_exit_2(res, needle)
     assert not (tmp_path / "runs").exists()           # no run folder left behind
+
+
+def test_rollout_keeps_an_existing_out_file(tmp_path, monkeypatch):
+    out = tmp_path / "episodes.jsonl"
+    out.write_text("the user's\n")
+    args = ["rollout", "--policy", "expert", "--n", "1", "--out", str(out),
+            *[a for s in MICRO for a in ("--set", s)]]
+    res = runner.invoke(app, args)
+    _one_line_exit_2(res, f"--out {out} exists: pass --overwrite")
+    assert out.read_text() == "the user's\n"
+    res = runner.invoke(app, [*args, "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert out.read_text() != "the user's\n"

@@ -29,6 +29,7 @@ def rollout_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     seed: SeedOpt = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the --out file if it exists.")] = False,
 ):
     """Roll out episodes and write them as JSONL. Plain (linear) episodes unless --method names a tree method (focus: one search tree per task). Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
     from ..rollout.collect import collect
@@ -39,6 +40,8 @@ def rollout_cmd(
     if policy not in ("model", "expert"):
         raise ConfigError(f"--policy must be model or expert, got '{policy}'")
     check_output_file(out)
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or give another file")
     if checkpoint is not None:
         from ..train.checkpoint import find
         model = str(find(checkpoint, log=lambda s: Console(stderr=True).print(s, highlight=False)))
