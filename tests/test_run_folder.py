@@ -301,6 +301,7 @@ def test_resume_skips_a_damaged_newest_checkpoint(ref, tmp_path, kind):
 def test_all_checkpoints_damaged_is_one_line(ref, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(ref, run)
+    (run / "summary.json").unlink()           # a stopped run (a finished one is left as it is)
     for c in checkpoint.steps_newest_first(run):
         (c / "model.safetensors").write_bytes(b"")
     res = runner.invoke(app, ["train", "--resume", str(run)])
