@@ -1,0 +1,58 @@
+"""benchmarks/methods_table.py: the verdict table's numbers from run folders (mean of checks,
+paired differences against the reference over shared seeds, the ahead/level/behind rule)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("methods_table", ROOT / "benchmarks" / "methods_table.py")
+mt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mt)
+
+
+def _run(root: Path, method: str, seed: int, checks: list[float], tokens=100, s=2.0) -> Path:
+    run = root / "cells" / method / f"seed-{seed}"
+    run.mkdir(parents=True)
+    rows = [{"step": 0, "eval/success": checks[0], "eval/success_se": 0.03,
+             "eval/tokens_per_question": 40.0}]
+    for i, c in enumerate(checks[1:], 1):
+        rows.append({"step": i, "rollout/tokens": tokens, "time/step": s, "eval/success": c,
+                     "eval/success_se": 0.05, "eval/tokens_per_question": 41.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").write_text(json.dumps({"method": method, "seed": seed}))
+    return run
+
+
+def test_paired_differences_and_the_verdict_rule(tmp_path):
+    # grpo's mean of checks (steps 1, 2) per seed: 0.5, 0.6, 0.7
+    for seed, c in enumerate([[0.3, 0.4, 0.6], [0.3, 0.5, 0.7], [0.3, 0.6, 0.8]]):
+        _run(tmp_path, "grpo", seed, c)
+    # a: +0.10, +0.12, +0.08 -> mean +0.10, se 0.0115: ahead
+    for seed, c in enumerate([[0.3, 0.5, 0.7], [0.3, 0.62, 0.82], [0.3, 0.66, 0.90]]):
+        _run(tmp_path, "a", seed, c)
+    # b: +0.10, -0.10, 0.00 -> mean 0, se 0.0577: level
+    for seed, c in enumerate([[0.3, 0.5, 0.7], [0.3, 0.4, 0.6], [0.3, 0.6, 0.8]]):
+        _run(tmp_path, "b", seed, c)
+    # c: -0.05 on every seed but one -> behind
+    for seed, c in enumerate([[0.3, 0.35, 0.55], [0.3, 0.45, 0.65], [0.3, 0.55, 0.75]]):
+        _run(tmp_path, "c", seed, c, s=3.0)
+    runs = [mt.load_run(p) for p in mt.runs_under([tmp_path])]
+    by = {}
+    for r in runs:
+        by.setdefault(r["label"], []).append(r)
+    assert abs(by["grpo"][1]["mean_checks"] - 0.6) < 1e-12
+    assert abs(by["grpo"][1]["final"] - by["grpo"][1]["base"] - 0.4) < 1e-12
+    mean, se, n = mt.paired(by["a"], by["grpo"])
+    assert n == 3 and abs(mean - 0.10) < 1e-9 and abs(se - 0.02 / 3 ** 0.5) < 1e-9
+    assert mt.verdict((mean, se, n)) == "ahead"
+    assert mt.verdict(mt.paired(by["b"], by["grpo"])) == "level"
+    assert mt.verdict(mt.paired(by["c"], by["grpo"])) == "behind"
+    # seeds the reference lacks are not paired; one shared seed gives no verdict
+    assert mt.paired(by["a"][:1], by["grpo"]) is None and mt.verdict(None) == "–"
+    lines = mt.table(runs, "grpo")
+    row = next(x for x in lines if x.startswith("| `a`"))
+    assert "+10.0 ± 1.2" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
+    assert next(x for x in lines if x.startswith("| `c`")).split(" | ")[8] == "3.00 ± 0.00"
+    assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
