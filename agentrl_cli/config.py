@@ -40,6 +40,16 @@ class ModelConfig:
     """Tiny model: stop the warm-up at the first check (steps 800, 1000, ..., on 64 training questions the demonstrations leave out) that reaches this success (RL needs room above); otherwise the build keeps its best checked checkpoint."""
     tiny_error_rate: float = 0.15
     """Tiny model: how often the warm-up's demonstrator opens a wrong search result and follows it (per hop, so imitation succeeds about (1 - rate)^hops of the time)."""
+    chat_template: str = ""
+    """A Jinja file replacing the tokenizer's chat template (which must render the `tool` role and be prefix-stable: docs/your-model.md). Empty: the model folder's own."""
+    lora_rank: int = 0
+    """LoRA adapter rank (0: off, the whole model trains). > 0: the policy is wrapped with PEFT (`pip install peft`) and only the adapters train; the reference model is the base with adapters disabled; checkpoints hold the adapters."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator: the adapters' update is scaled by lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA adapters' input during the update, in [0, 1)."""
+    lora_targets: str = ""
+    """Comma list of module names that get adapters (e.g. `q_proj,v_proj`). Empty: every attention and MLP projection the model has (q/k/v/o_proj, gate/up/down_proj and the other families' names)."""
 
 
 @dataclass(frozen=True)
@@ -667,7 +677,7 @@ def check_model_folder(key: str, path: str) -> None:
     if (p / "checkpoints").is_dir() or (p / "metrics.jsonl").is_file():
         raise ConfigError(f"{key}: {path} is a run folder, not a model; load its newest "
                           f"checkpoint with --checkpoint {path}")
-    if not (p / "config.json").is_file():
+    if not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
         raise ConfigError(f"{key}: {path} is a folder but not a model (no Hugging Face config.json)")
 
 

@@ -1,6 +1,13 @@
-"""Load the policy (and, through the trainer, its critic and reference) from config."""
+"""Load the policy (and, through the trainer, its critic and reference) from config.
+
+A model folder is any Hugging Face causal LM whose tokenizer has a chat template that renders
+the `tool` role and is prefix-stable (`chat.template_problem`; `model.chat_template=PATH`
+supplies one). With `model.lora_rank > 0` the policy is wrapped with LoRA adapters
+(`models/lora.py`); a folder of adapters (a LoRA run's checkpoint) loads over its base model.
+"""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -76,19 +83,70 @@ def load_model(path: str, cfg: RunConfig):
     return apply_memory_options(model, cfg)
 
 
-def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
-    """-> (model, tokenizer, ChatFormat, path) on the configured device, in eval mode."""
+def load_tokenizer(cfg: RunConfig, path: str):
+    """The tokenizer of model folder `path`, with `model.chat_template`'s template if given."""
     from transformers import AutoTokenizer
 
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot load the tokenizer of '{path}': {str(e).splitlines()[0]}") from None
+    if cfg.model.chat_template:
+        f = Path(cfg.model.chat_template).expanduser()
+        if not f.is_file():
+            raise ConfigError(f"model.chat_template: no file {f}")
+        tok.chat_template = f.read_text()
+    return tok
+
+
+def chat_format(cfg: RunConfig, path: str):
+    """(tokenizer, ChatFormat) of model folder `path`: a template that lacks what agent episodes
+    need is a one-line ConfigError naming the model and what is missing."""
+    tok = load_tokenizer(cfg, path)
+    source = (f"model.chat_template {cfg.model.chat_template}" if cfg.model.chat_template
+              else f"model '{path}'")
+    return tok, ChatFormat.from_tokenizer(tok, source)
+
+
+def _load_weights(path: str, cfg: RunConfig, log: Callable[[str], None]):
+    """The model of folder `path`: full weights, or adapters over their base; with
+    `model.lora_rank > 0` fresh adapters over full weights, or the folder's adapters trainable;
+    with rank 0 a folder's adapters are merged into the base (a full fine-tune from there)."""
+    from . import lora
+
+    lora.check_options(cfg)
+    if lora.is_adapter_folder(path):
+        base = lora.adapter_base(path)
+        if base.startswith(("/", ".", "~")) and not Path(base).expanduser().is_dir():
+            raise ConfigError(f"the adapters in {path} were trained over {base}, which is not "
+                              "a folder here (adapter_config.json: base_model_name_or_path)")
+        model = lora.load_adapted(load_model(base, cfg), path, trainable=cfg.model.lora_rank > 0)
+        if cfg.model.lora_rank == 0:
+            return model.merge_and_unload()
+        log(f"lora: the adapters of {path} over {base} (their own rank and targets)")
+        return model
+    model = load_model(path, cfg)
+    if cfg.model.lora_rank > 0:
+        model = lora.wrap(model, cfg, path)
+        n = sum(p.numel() for p in lora.trainable_parameters(model))
+        total = sum(p.numel() for p in model.parameters())
+        log(f"lora: rank {cfg.model.lora_rank} adapters on "
+            f"{', '.join(sorted(model.peft_config['default'].target_modules))}: "
+            f"{n:,} of {total:,} parameters train")
+    return model
+
+
+def load_policy(cfg: RunConfig, log: Callable[[str], None] = print):
+    """-> (model, tokenizer, ChatFormat, path) on the configured device, in eval mode."""
     device = resolve_device(cfg.model.device)
     if cfg.model.attention == "sink_flex" and device.type != "cuda":
         raise ConfigError("model.attention=sink_flex needs CUDA (FlexAttention has no CPU "
                           "backward); use sink_sdpa on CPU")
     path = model_path(cfg)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = load_model(path, cfg).to(device)
+    tok, fmt = chat_format(cfg, path)     # a template problem fails before the weights load
+    model = _load_weights(path, cfg, log).to(device)
     model.eval()
-    return model, tok, ChatFormat.from_tokenizer(tok), path
+    return model, tok, fmt, path
 
 
 def load_critic_model(cfg: RunConfig, policy_path: str | None, device: torch.device):
