@@ -65,7 +65,7 @@ _add(Recipe(
     # lam 1 (verl's default) and a critic warm-up, not the paper's lam 0.95: with lam < 1 the
     # critic's own value differences become credit, and on the built-in agent every lam 0.95
     # variant (cold, warm, detached + warm-up) drifted into long episodes and collapsed
-    # (docs/results.md, "The methods on the built-in agent"); `--set algo.lam=0.95` restores it.
+    # (docs/results.md, "Recipe departures and their evidence"); `--set algo.lam=0.95` restores it.
     {"algo.estimator": "gae", "algo.loss": "ppo_clip", "algo.controller": "linear",
      "algo.gamma": 1.0, "algo.lam": 1.0, "algo.whiten": True, "train.critic_warmup": 10},
     critic=True,
@@ -80,7 +80,7 @@ _add(Recipe(
     "mpo", "turn-level GAE + centred intra-turn trace on a critic, turn-level ratio",
     {"algo.estimator": "mpo", "algo.loss": "turn_ratio", "algo.controller": "linear",
      "algo.lam": 0.8, "algo.lam_intra": 0.95, "algo.beta": 1.0, "algo.whiten": True,
-     # trainer settings, not MPO ones (docs/results.md, "The methods on the built-in agent"): with a
+     # trainer settings, not MPO ones (docs/results.md, "Recipe departures and their evidence"): with a
      # value head on the policy's backbone seed 2 degenerated into long episodes with or
      # without warm-up; a separate critic model (verl's PPO critic) learns on seeds 0/1/2
      # (+9.6/+12.5/+9.6). `--set model.critic=head` gives the shared head back.
