@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -74,6 +76,8 @@ class EnvConfig:
     """Training tasks."""
     n_eval: int = 60
     """Held-out tasks (disjoint from training: search by start entity and relation path, locate by repository or, with shared repositories, by entry function, rules/math by case/problem)."""
+    options: dict = field(default_factory=dict)
+    """A user env's options (`--env file.py:factory`, `module:factory` or an `agentrl.envs` entry point), passed to its factory as keywords: `--set env.NAME=VALUE` for such an env lands here (`env.options.NAME=VALUE` works for any env). Only the keys given are passed, so the factory's own defaults hold for the rest (docs/your-env.md)."""
 
 
 @dataclass(frozen=True)
@@ -475,6 +479,94 @@ def _check_key(key: str) -> None:
     raise ConfigError(f"unknown config key '{key}'{hint}")
 
 
+_ENV_KEY = re.compile(r"env\.(options\.)?[A-Za-z_][A-Za-z0-9_]*$")
+ENV_FIELDS = tuple(f.name for f in fields(EnvConfig))
+
+
+def _check_given_key(key: str) -> None:
+    """`_check_key` for a key as given (YAML, --set): an `env.NAME` key may be a user env's
+    option, which `build` decides once the env's name is known."""
+    if not _ENV_KEY.match(key):
+        _check_key(key)
+
+
+def user_env(name: str) -> bool:
+    """Whether env `name` is a user env: `module:attr`, `file.py:attr`, or the name of an
+    installed package's `agentrl.envs` entry point (read from package metadata; nothing is
+    imported: loading it is the env registry's business)."""
+    if ":" in name:
+        return True
+    from importlib.metadata import entry_points
+
+    try:
+        return any(ep.name == name for ep in entry_points(group="agentrl.envs"))
+    except Exception:  # noqa: BLE001  (broken metadata of some package)
+        return False
+
+
+def env_name(name: str) -> str:
+    """`env.name` as a run records it: a `file.py:attr` env with its file path made absolute
+    (so resume, eval, subprocesses and workers find it from any folder), others as given."""
+    target, _, attr = name.rpartition(":")
+    if target.endswith(".py") and attr:
+        return f"{os.path.abspath(os.path.expanduser(target))}:{attr}"
+    return name
+
+
+def _option_value(value: Any) -> Any:
+    """A user env option's value: a `--set` string read as true/false or as a Python literal
+    when it is one (`3`, `0.5`, `[1, 2]`, `'x'`), else kept as the string (`add`)."""
+    if not isinstance(value, str):
+        return value
+    if value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    try:
+        v = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+    return v if isinstance(v, (int, float, str, list, dict, type(None))) else value
+
+
+def _env_options(overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` with `env.options.NAME` keys, and a user env's `env.NAME` keys that are not
+    `EnvConfig` fields, gathered into one `env.options` dict; `env.name` as `env_name` records
+    it. An unknown `env.NAME` of a built-in env stays, for `build`'s one-line error."""
+    out = dict(overrides)
+    if "env.name" in out:
+        out["env.name"] = env_name(str(out["env.name"]))
+    options = out.pop("env.options", None)
+    options = _option_value(options) if options is not None else {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"env.options expects a mapping of option names to values, got {options!r}")
+    options = dict(options)
+    name = str(out.get("env.name", EnvConfig.name))
+    extra = [k for k in out if k.startswith("env.") and k not in LEAF_TYPES]
+    for key in extra:
+        sub = key[len("env."):]
+        if sub.startswith("options."):
+            sub = sub[len("options."):]
+        elif not user_env(name):
+            continue
+        value = out.pop(key)
+        if sub in ("name", "seed", "options"):
+            raise ConfigError(f"{key}: give env.{sub} itself")
+        options[sub] = _coerce(f"env.{sub}", value) if sub in ENV_FIELDS else _option_value(value)
+    if options or "env.options" in overrides:
+        out["env.options"] = options
+    return out
+
+
+def _user_env_fields(values: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """For a user env, each `EnvConfig` field the user set (`env.max_turns`, ...) is also one
+    of its options (`env.options.max_turns`): the factory gets exactly the keys given."""
+    name = str(values.get("env.name", name or EnvConfig.name))
+    given = [k for k in values if k.startswith("env.") and k[4:] in ENV_FIELDS
+             and k[4:] not in ("name", "seed", "options")]
+    if not given or not user_env(name):
+        return values
+    return {**values, **{f"env.options.{k[4:]}": values[k] for k in given}}
+
+
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """['train.lr=1e-4', ...] -> {'train.lr': '1e-4'} (values converted later, by type)."""
     out: dict[str, Any] = {}
@@ -483,7 +575,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
             raise ConfigError(f"--set expects key=value, got '{item}'")
         key, value = item.split("=", 1)
         key = key.strip()
-        _check_key(key)
+        _check_given_key(key)
         out[key] = value
     return out
 
@@ -572,7 +664,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             if isinstance(v, dict) and key in SECTIONS:
                 walk(v, key + ".")
             else:
-                _check_key(key)
+                _check_given_key(key)
                 if key in flat:           # `train.lr: x` and `train: {lr: y}` in one file
                     raise ConfigError(f"{p}: key '{key}' is given twice")
                 flat[key] = v
@@ -610,7 +702,7 @@ def build(overrides: dict[str, Any]) -> RunConfig:
     """RunConfig from flat dotted overrides (already ordered by precedence)."""
     grouped: dict[str, dict[str, Any]] = {}
     top: dict[str, Any] = {}
-    for key, value in overrides.items():
+    for key, value in _env_options(overrides).items():
         _check_key(key)
         v = _coerce(key, value)
         if "." in key:
@@ -651,7 +743,7 @@ def load(
     for key, value in flags.items():
         if value is not None:
             merged[key] = value
-    cfg = build(merged)
+    cfg = build(_user_env_fields(merged))
     check_model(cfg)
     return cfg
 
@@ -743,7 +835,7 @@ def load_saved(run_dir: str | Path, sets: list[str] | None = None) -> RunConfig:
 
     def walk(d: dict, prefix: str) -> None:
         for k, v in d.items():
-            if isinstance(v, dict):
+            if isinstance(v, dict) and f"{prefix}{k}" != "env.options":
                 walk(v, f"{prefix}{k}.")
             else:
                 flat[f"{prefix}{k}"] = v
@@ -755,5 +847,5 @@ def load_saved(run_dir: str | Path, sets: list[str] | None = None) -> RunConfig:
     if not isinstance(saved, dict):
         raise ConfigError(f"{p} is damaged (not a JSON object); it cannot be resumed")
     walk(saved, "")
-    flat.update(parse_sets(sets))
+    flat.update(_user_env_fields(parse_sets(sets), flat.get("env.name")))
     return build(flat)

@@ -28,7 +28,7 @@ import torch
 from ..config import EnvConfig
 
 RECIPE_VERSION = 9
-LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at its default
+LATER_FIELDS = {"repos": "per-task", "options": {}}  # added after v8, kept out of the key at its default
 # the recipe's env section under the names its key and recipe.json give them
 ENV_KEYS = {"name": "env", "seed": "env_seed"}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
