@@ -29,6 +29,10 @@ Weights: after every update the trainer's state dict goes to the model in vLLM's
 prefix cache is reset (cached blocks were computed with the old weights). With
 `rollout.vllm_sleep` the engine sleeps during the update (level 1: weights to CPU, KV cache
 freed) and wakes its weights, loads the new ones, then wakes its KV cache.
+A LoRA policy (`model.lora_rank > 0`): vLLM loads the base folder, and every sync (the first
+one when the engine is built) sends the merged weights, base + adapters under the base model's
+names (`models.lora.merged_state_dict`), so vLLM needs no LoRA support of its own. This path is
+written and never run (no GPU here).
 NOT RUN HERE: this module was written against vLLM's documented API without a GPU; the CPU
 tests cover only the lazy import and the error path. `experiments/gpu/check_scale.sh` is the
 check to run on a GPU.
@@ -42,6 +46,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError
+from ..models.lora import is_lora, merged_state_dict
 from .base import Engine, SamplingParams
 
 EXTRA_HINT = "install vLLM in its own environment (docs/scaling.md)"
@@ -108,6 +113,8 @@ class VLLMEngine(Engine):
             logprobs_mode="processed_logprobs",
             worker_extension_cls=f"{__name__}.WorkerExtension",
         )
+        if is_lora(model):        # vLLM loaded the base: the adapters' merged weights on top
+            self.load_weights(model)
 
     @classmethod
     def from_config(cls, cfg, model, fmt) -> "VLLMEngine":
@@ -193,8 +200,9 @@ class VLLMEngine(Engine):
                 self.llm.wake_up()
 
     def load_weights(self, weights) -> None:
-        """New policy weights (a module or a state dict) into the engine; wakes it if asleep."""
-        state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+        """New policy weights (a module or a state dict) into the engine; wakes it if asleep.
+        A LoRA module sends its merged weights (base + adapters, the base model's names)."""
+        state = merged_state_dict(weights) if isinstance(weights, torch.nn.Module) else weights
         in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         named = [(k, v.detach() if in_process else v.detach().cpu()) for k, v in state.items()]
         if self.asleep:

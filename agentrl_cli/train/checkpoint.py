@@ -2,7 +2,9 @@
 and verified before use.
 
 Layout of `<out>/checkpoints/step-000010/`: the policy (`config.json`, `model.safetensors`,
-tokenizer files) so `agentrl eval --checkpoint` and `--model` can load it directly,
+tokenizer files; with LoRA, `model.lora_rank > 0`, the adapters instead: `adapter_config.json`,
+`adapter_model.safetensors`, which load over the base model that `adapter_config.json` names)
+so `agentrl eval --checkpoint` and `--model` can load it directly,
 `trainer_state.pt` (optimiser, critic head, step, base metrics), and `manifest.json` (every
 other file's size and sha256), written last. Resuming continues exactly as if never stopped:
 per-step random generators are derived from (seed, step), and the task order from the seed, so
@@ -38,10 +40,12 @@ from typing import Callable
 import torch
 
 from ..errors import ConfigError
+from ..models.lora import ADAPTER_FILE, module_state
 from .run_folder import atomic_write_text
 
 STATE_FILE = "trainer_state.pt"
 WEIGHTS_FILE = "model.safetensors"
+WEIGHT_FILES = (WEIGHTS_FILE, ADAPTER_FILE)   # a checkpoint holds one: full weights or adapters
 MANIFEST = "manifest.json"
 _STEP = re.compile(r"^step-(\d+)$")
 
@@ -122,11 +126,12 @@ def verify(ckpt: Path, hashes: bool = True) -> str | None:
         files = json.loads(man.read_text())["files"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return f"{MANIFEST} unreadable"
-    for name in (STATE_FILE, WEIGHTS_FILE):
-        if name not in files:
-            return f"{MANIFEST} does not list {name}"
     if not isinstance(files, dict):
         return f"{MANIFEST} unreadable"
+    if STATE_FILE not in files:
+        return f"{MANIFEST} does not list {STATE_FILE}"
+    if not any(name in files for name in WEIGHT_FILES):
+        return f"{MANIFEST} lists neither {' nor '.join(WEIGHT_FILES)}"
     for name, meta in files.items():
         if not isinstance(meta, dict) or not isinstance(meta.get("size"), int) or (
                 not isinstance(meta.get("sha256"), str)) or ".." in Path(name).parts:
@@ -203,11 +208,20 @@ def load_state(ckpt: Path, mmap: bool = False) -> dict:
     return state
 
 
+def _weights(ckpt: Path, load_file) -> dict:
+    """The policy weights of a whole checkpoint: full weights, or its adapters keyed as the
+    PEFT module's state dict."""
+    if (ckpt / WEIGHTS_FILE).is_file():
+        return load_file(str(ckpt / WEIGHTS_FILE))
+    return module_state(load_file(str(ckpt / ADAPTER_FILE)))
+
+
 def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
     """(checkpoint folder, trainer state, policy weights) to resume from, or None when the run
     has no checkpoint yet. From a run folder: the newest checkpoint that verifies (sizes and
     hashes) and loads; each damaged one is named and skipped. From a checkpoint folder: that
-    one, or a one-line error if it is damaged."""
+    one, or a one-line error if it is damaged. The weights are keyed as the policy module's
+    state dict (a LoRA checkpoint's adapters as the PEFT model names them)."""
     from safetensors.torch import load_file
 
     p = Path(path)
@@ -217,7 +231,7 @@ def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
         why = verify(c, hashes=True)
         if why is None:
             try:
-                state, weights = load_state(c), load_file(str(c / WEIGHTS_FILE))
+                state, weights = load_state(c), _weights(c, load_file)
             except UnsafeCheckpoint:
                 raise                     # not damaged but hostile: stop, whatever is older
             except Exception as e:  # whole by its manifest, yet does not load

@@ -19,6 +19,7 @@ from ..config import RunConfig, step_seed
 from ..methods import METHODS
 from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
 from ..models.loading import load_critic_model
+from ..models.lora import reference_of, trainable_parameters
 from ..models.sequences import can_pack
 from ..models.tiny import VALUE_HEAD
 from .batch import Batch, forward, microbatches, trim
@@ -30,7 +31,7 @@ from .update import POLICY_LOSSES
 class Learner:
     model: torch.nn.Module
     critic: torch.nn.Module | None
-    reference: torch.nn.Module | None
+    reference: torch.nn.Module | None     # or models.lora.BaseView (a LoRA policy's base)
     optimizer: torch.optim.Optimizer
     params: list = field(default_factory=list)
     comm: Local = field(default_factory=Local)  # data-parallel collectives (no-ops in one process)
@@ -65,19 +66,32 @@ def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
     return critic
 
 
+def initial_reference(model):
+    """The frozen reference (KL, TRACE): a LoRA policy's own base, the same module run with
+    its adapters disabled (`models.lora.BaseView`, no second copy); otherwise a frozen copy of
+    the initial policy."""
+    view = reference_of(model)
+    if view is not None:
+        return view
+    reference = copy.deepcopy(model).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
 def build_learner(cfg: RunConfig, model, comm: Local | None = None,
                   model_path: str | None = None, log: Callable[[str], None] = print) -> Learner:
     recipe = METHODS.get(cfg.method)
     critic = initial_critic(cfg, model, model_path, log)
     reference = None
     if recipe.reference or cfg.algo.kl_coef > 0:
-        reference = copy.deepcopy(model).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-    critic_params = list(critic.parameters()) if critic else []
-    params = list(model.parameters()) + critic_params
+        reference = initial_reference(model)
+    # with LoRA only the adapters (and a separate critic's own adapters) are trainable
+    policy_params = trainable_parameters(model)
+    critic_params = [p for p in critic.parameters() if p.requires_grad] if critic else []
+    params = policy_params + critic_params
     # one parameter group unless the critic has its own rate (so older checkpoints still resume)
-    groups = ([{"params": list(model.parameters())},
+    groups = ([{"params": policy_params},
                {"params": critic_params, "lr": cfg.train.critic_lr}]
               if critic_params and cfg.train.critic_lr > 0 else params)
     opt = torch.optim.AdamW(groups, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
