@@ -178,7 +178,17 @@ def _rows(mask: torch.Tensor, agg: str) -> float:
 
 
 def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
-    """PPO-style epochs x minibatches over the frozen batch; micro-batches accumulate grads."""
+    """PPO-style epochs x minibatches over the frozen batch; micro-batches accumulate grads.
+    Dropout in the update (LoRA's `model.lora_dropout`, a model's own) draws from torch's
+    global generator seeded from (seed, step, rank) and restored afterwards, so a resumed run draws
+    the same masks and nothing outside the update sees a different random state."""
+    device = next(learner.model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(step_seed(cfg.seed, step, salt=4 + 1000 * learner.comm.rank))
+        return _update(learner, batch, cfg, step)
+
+
+def _update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     algo, tr = dataclasses.replace(cfg.algo, agg_norm=cfg.agg_norm), cfg.train  # 0 -> the run's cap
     learner.model.train()
     critic_mode(learner.critic, True)

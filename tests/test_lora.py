@@ -1,0 +1,159 @@
+"""LoRA through PEFT: only the adapters train, the reference is the base with adapters disabled
+(no copy), checkpoints hold the adapters and resume exactly, eval and rollout load them over the
+base, and merged weights (what the vLLM engine receives) equal PEFT's own merge."""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from agentrl_cli import config
+from agentrl_cli.cli.main import app
+from agentrl_cli.errors import ConfigError
+from agentrl_cli.models import loading, lora
+from agentrl_cli.models.sequences import token_logprobs
+from agentrl_cli.train import checkpoint, loop
+from agentrl_cli.train.learner import build_learner, score, update
+from agentrl_cli.train.tiny_build import load_policy
+from conftest import MICRO, random_batch
+
+LORA = ["model.lora_rank=4", "model.lora_alpha=8"]
+VOLATILE = ("time/", "tokens/s")
+
+
+def _lora_policy(extra=()):
+    cfg = config.load(method="grpo", sets=MICRO + LORA + ["algo.kl_coef=0.1", *extra])
+    model, tok, fmt, path = load_policy(cfg, log=lambda s: None)
+    return cfg, model, path
+
+
+def _logprobs(model, batch):
+    with torch.no_grad():
+        return token_logprobs(model, batch.input_ids, batch.attention_mask)
+
+
+def test_only_adapters_train_and_the_reference_is_the_base():
+    cfg, model, path = _lora_policy()
+    assert lora.is_lora(model)
+    learner = build_learner(cfg, model, model_path=path, log=lambda s: None)
+    names = {id(p): n for n, p in model.named_parameters()}
+    opt = [p for g in learner.optimizer.param_groups for p in g["params"]]
+    assert opt and all(".lora_" in names[id(p)] for p in opt)
+    assert len(opt) == sum(1 for n in names.values() if ".lora_" in n)
+    # the reference is the same module: no parameter of its own
+    assert isinstance(learner.reference, lora.BaseView)
+    assert {id(p) for p in learner.reference.parameters()} == set(names)
+
+    base = loading.load_model(path, cfg).eval()       # the plain model, no adapters
+    batch = random_batch([40, 33, 28, 40], model.config.vocab_size, seed=1)
+    with torch.no_grad():                             # adapters that already move the policy
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(std=0.02)
+    assert torch.equal(_logprobs(learner.reference, batch), _logprobs(base, batch))
+    assert not torch.allclose(_logprobs(model, batch), _logprobs(base, batch))
+
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if ".lora_" not in n}
+    adapters = {n: p.detach().clone() for n, p in model.named_parameters() if ".lora_" in n}
+    batch.advantages = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(0))
+    score(learner, batch, cfg)
+    assert batch.ref_logprobs is not None
+    update(learner, batch, cfg, step=1)
+    for n, p in model.named_parameters():
+        if n in frozen:
+            assert p.grad is None and torch.equal(p, frozen[n]), n   # base weights byte-identical
+    assert all(not torch.equal(p, adapters[n]) for n, p in model.named_parameters()
+               if n in adapters and ".lora_A." in n)
+    # after the step: the reference is still the base, the policy has moved away from both
+    ref = _logprobs(learner.reference, batch)
+    assert torch.equal(ref, _logprobs(base, batch))
+    assert (ref - _logprobs(model, batch)).abs().max() > 1e-4
+
+
+def test_resume_reproduces_an_uninterrupted_lora_run_and_eval_loads_it(tmp_path, monkeypatch):
+    """ppo (a value head on the adapted backbone, advantages from step 1) with a KL term to the
+    base, adapter dropout; run 2 steps, resume to 3, compare with 3 uninterrupted steps."""
+    sets = MICRO + LORA + ["model.lora_dropout=0.1", "algo.kl_coef=0.05", "train.steps=3",
+                           "train.save_every=1", "train.eval_every=2", "rollout.max_new_tokens=6"]
+    cfg = config.load(method="ppo", sets=sets)
+    full, part = tmp_path / "full", tmp_path / "part"
+    loop.train(cfg, full, log=lambda s: None)
+    real_save = checkpoint.save
+
+    def save_then_stop(out, step, *a, **k):
+        path = real_save(out, step, *a, **k)
+        if step == 2:
+            raise KeyboardInterrupt
+        return path
+
+    monkeypatch.setattr(checkpoint, "save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(cfg, part, log=lambda s: None)
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    loop.train(cfg, part, resume=str(part), log=lambda s: None)
+
+    def rows(out):
+        rs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rs]
+
+    assert len(rows(full)) == 4 and rows(full) == rows(part)
+    ck = checkpoint.step_dir(full, 3)
+    assert not (ck / checkpoint.WEIGHTS_FILE).exists() and (ck / lora.ADAPTER_FILE).is_file()
+    a, b = load_file(str(ck / lora.ADAPTER_FILE)), load_file(str(checkpoint.step_dir(part, 3) / lora.ADAPTER_FILE))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(checkpoint.step_dir(full, 1) / lora.ADAPTER_FILE))
+    assert any(not torch.equal(a[k], start[k]) for k in a)     # the adapters did train
+    # module_state names every adapter tensor as the PEFT module does
+    model = load_policy(cfg, log=lambda s: None)[0]
+    assert set(lora.module_state(a)) <= set(model.state_dict())
+
+    res = CliRunner().invoke(app, ["eval", "--checkpoint", str(ck), "--json", str(tmp_path / "e.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "e.json").read_text())["checkpoint"] == str(ck)
+    res = CliRunner().invoke(app, ["rollout", "--checkpoint", str(full), "--n", "1", "--out",
+                                   str(tmp_path / "r.jsonl"), *sum((["--set", s] for s in MICRO), [])])
+    assert res.exit_code == 0, res.output
+    # eval's policy is the checkpoint's: its adapters over the base, not the base alone
+    ev = config.load(sets=MICRO + [f"model.name={ck}"])
+    adapted = load_policy(ev, log=lambda s: None)[0]
+    merged = {k: v for k, v in adapted.state_dict().items()}
+    base = loading.load_model(loading.model_path(cfg), cfg).state_dict()
+    assert any(not torch.equal(merged[k], base[k]) for k in base if k in merged)
+
+
+def test_merged_weights_equal_peft_merge():
+    _, model, _ = _lora_policy()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(std=0.05)
+    merged = lora.merged_state_dict(model)
+    want = copy.deepcopy(model).merge_and_unload().state_dict()
+    assert merged.keys() == want.keys()
+    assert all(torch.allclose(merged[k], want[k], atol=1e-6) for k in want)
+    assert any(not torch.equal(merged[k], model.get_base_model().state_dict()
+                               .get(k.replace(".weight", ".base_layer.weight"), merged[k]))
+               for k in merged if k.endswith("q_proj.weight"))
+
+
+def test_default_targets_and_option_errors():
+    _, model, _ = _lora_policy()
+    targets = set(model.peft_config["default"].target_modules)
+    assert targets == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    with pytest.raises(ConfigError, match="no module named nope_proj"):
+        _lora_policy(["model.lora_targets=q_proj,nope_proj"])
+    with pytest.raises(ConfigError, match="lora_rank must be >= 0"):
+        _lora_policy(["model.lora_rank=-1"])
+
+
+def test_missing_peft_is_one_line_naming_pip_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)      # `import peft` raises ImportError
+    with pytest.raises(ConfigError, match="pip install peft"):
+        _lora_policy()
+    cfg = config.load(sets=MICRO)                       # no LoRA: PEFT is never imported
+    assert not lora.is_lora(load_policy(cfg, log=lambda s: None)[0])
