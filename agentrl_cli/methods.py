@@ -27,6 +27,10 @@ class Recipe:
 
 METHODS: Registry[Recipe] = Registry("method")
 
+# Rollout controllers that fork episodes (snapshot an env, restore it into fresh envs): a user
+# env must pass check-env's fork check before a run with one of them starts (FOCUS, VinePPO).
+FORKING_CONTROLLERS = frozenset({"focus", "vine"})
+
 
 def _add(r: Recipe) -> None:
     METHODS.register(r.name, r)

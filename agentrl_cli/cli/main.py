@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import ablate, benchmarks, diagnose, evaluate, rollout, tiny, train
+from . import check_env
 
 app = typer.Typer(
     name="agentrl",
@@ -21,6 +22,7 @@ app.add_typer(diagnose.app, name="diagnose")
 app.command("ablate")(ablate.ablate_cmd)
 app.command("benchmarks")(benchmarks.benchmarks_cmd)
 app.command("build-tiny")(tiny.build_tiny_cmd)
+app.command("check-env")(check_env.check_env_cmd)
 
 
 if __name__ == "__main__":

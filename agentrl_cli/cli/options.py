@@ -14,7 +14,7 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key: --set train.lr=1e-4 (repeatable).")]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Run seed.")]
 MethodOpt = Annotated[Optional[str], typer.Option("--method", "-m", help="Recipe: focus, grpo, dr_grpo, rloo, dapo, gspo, ppo, vineppo, mpo, trace.")]
-EnvOpt = Annotated[Optional[str], typer.Option("--env", "-e", help="Environment (default: search).")]
+EnvOpt = Annotated[Optional[str], typer.Option("--env", "-e", help="Environment: a built-in name (default: search), an installed agentrl.envs entry point, module:factory or path/to/file.py:factory (docs/your-env.md).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="'tiny' (built in), a local Hugging Face folder, or a hub id.")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation engine: hf (default) or vllm (GPU).")]
 BenchmarkOpt = Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry: its env and settings (list: agentrl benchmarks).")]
@@ -52,7 +52,23 @@ def load_config(config: Path | None, sets: list[str] | None, benchmark: str | No
         same = sorted((b for b in table.values() if b.env == f["env.name"]),
                       key=lambda b: b.name != f["env.name"])
         presets = same[0].presets() if same else None
-    return load_checked(str(config) if config else None, sets, method=method, presets=presets, **f)
+    cfg = load_checked(str(config) if config else None, sets, method=method, presets=presets, **f)
+    user_env_needs(cfg, forks=method is not None)
+    return cfg
+
+
+def user_env_needs(cfg, forks: bool = True) -> None:
+    """What a user env must offer for this command, checked before any model loads: a scripted
+    expert for `--model tiny`; with `forks`, the fork check when the method's controller forks
+    episodes (FOCUS, VinePPO; training checks its own method in any case)."""
+    from ..envs.base import check_tiny_env
+    from ..envs.checker import require_fork
+    from ..methods import FORKING_CONTROLLERS
+
+    if cfg.model.name == "tiny":
+        check_tiny_env(cfg.env)
+    if forks and cfg.algo.controller in FORKING_CONTROLLERS:
+        require_fork(cfg.env, f"method {cfg.method}")
 
 
 def default_out(cfg) -> Path:

@@ -6,13 +6,15 @@ template and stores the exact token ids (token-in, token-out); see `rollout/`.
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ..config import EnvConfig
 from ..errors import ConfigError
-from ..registry import Registry
+from ..registry import Registry, RegistryError
+from . import plugins
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class TextEnv(Protocol):
 
 
 class EnvSpec(Protocol):
-    """What the registry holds for each env: a factory of envs, tasks and a scripted expert."""
+    """What an env's factory returns: a factory of envs, tasks and a scripted expert (docs/your-env.md)."""
 
     name: str
 
@@ -66,15 +68,62 @@ class EnvSpec(Protocol):
 
     def expert(self, env: TextEnv, rng: random.Random, error_rate: float = 0.0) -> str:
         """The scripted expert's next action for `env`'s current state (`error_rate` > 0 makes
-        an imperfect demonstrator)."""
+        an imperfect demonstrator). Optional for a user env: only the tiny model's warm-up
+        (`--model tiny`) and `agentrl rollout --policy expert` call it."""
 
 
-# name -> callable(seed: int, **options) -> EnvSpec, made by `env_factory`
-ENVS: Registry[Callable[..., EnvSpec]] = Registry("env")
+ENTRY_POINTS = "agentrl.envs"   # the entry-point group installed packages declare envs under
 
-# the env section's options (`EnvConfig` but name and seed): `make_env_spec` hands a factory the
-# whole section, and each env takes the ones it declares (`env_factory`)
-SECTION_OPTIONS = tuple(f.name for f in fields(EnvConfig) if f.name not in ("name", "seed"))
+
+class EnvRegistry(Registry):
+    """The env registry. Besides the registered names, `get` resolves a user env: `module:attr`,
+    `path/to/file.py:attr` (`plugins`) or an installed package's `agentrl.envs` entry point,
+    each a factory with the built-ins' signature, `factory(seed=0, **options) -> EnvSpec`,
+    wrapped in a `UserEnvFactory` (cached per name). A registered name wins over an entry
+    point of the same name."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self._user: dict[str, UserEnvFactory] = {}
+
+    def get(self, name: str):
+        if Registry.__contains__(self, name):
+            return super().get(name)
+        if name in self._user:
+            return self._user[name]
+        if plugins.is_spec(name):
+            fn = plugins.load_spec(name, "env")
+        elif name in plugins.entry_points(ENTRY_POINTS):
+            fn = plugins.load_entry_point(ENTRY_POINTS, name, "env")
+        else:
+            try:
+                return super().get(name)
+            except RegistryError as e:
+                raise RegistryError(f"{e}; or a user env: module:factory, path/to/file.py:factory"
+                                    f" or an installed '{ENTRY_POINTS}' entry point") from None
+        self._user[name] = UserEnvFactory(name, fn)
+        return self._user[name]
+
+    def names(self) -> list[str]:
+        return sorted({*super().names(), *plugins.entry_points(ENTRY_POINTS)})
+
+    def __contains__(self, name: str) -> bool:
+        return Registry.__contains__(self, name) or name in self._user
+
+    def is_user(self, name: str) -> bool:
+        """Whether `name` is a user env (not registered by the package)."""
+        return not Registry.__contains__(self, name)
+
+
+# name -> callable(seed: int, **options) -> EnvSpec, made by `env_factory` (or a user env's
+# factory, wrapped in `UserEnvFactory`)
+ENVS: EnvRegistry = EnvRegistry("env")
+
+# the env section's options (`EnvConfig` but name, seed and a user env's options):
+# `make_env_spec` hands a built-in factory the whole section, and each env takes the ones it
+# declares (`env_factory`)
+SECTION_OPTIONS = tuple(f.name for f in fields(EnvConfig)
+                        if f.name not in ("name", "seed", "options"))
 
 
 class EnvOptionError(ConfigError, TypeError):
@@ -104,9 +153,72 @@ def env_factory(env: str, options: Sequence[str]):
     return deco
 
 
+class UserEnvFactory:
+    """A user env's factory, called as the built-ins' are: `factory(seed=0, **options)`. Its
+    options are the keyword parameters of its signature (`options`; any with `**kwargs`); an
+    option it does not take is a one-line `EnvOptionError`, an exception inside it or a result
+    that is not an env spec (no `make()` and `tasks(split, n)`) a one-line `ConfigError`."""
+
+    def __init__(self, name: str, fn: Callable[..., Any]):
+        if not callable(fn):
+            raise ConfigError(f"env '{name}' is a {type(fn).__name__}, not a factory "
+                              "(a callable: factory(seed=0, **options) -> env spec)")
+        self.name, self.fn = name, fn
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):   # a builtin or C callable: take what is given
+            params = [inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD)]
+        named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        self.any_option = any(p.kind == p.VAR_KEYWORD for p in params)
+        self.takes_seed = "seed" in named or self.any_option
+        self.options = tuple(n for n in named if n != "seed")
+
+    def __call__(self, seed: int = 0, **options: Any) -> EnvSpec:
+        unknown = sorted(k for k in options if k not in self.options)
+        if unknown and not self.any_option:
+            raise EnvOptionError(f"env '{self.name}' has no option '{unknown[0]}'; its options: "
+                                 f"{', '.join(self.options) or 'none'}")
+        kw = {"seed": seed, **options} if self.takes_seed else options
+        try:
+            spec = self.fn(**kw)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
+            raise ConfigError(f"env '{self.name}': its factory raised {type(e).__name__}: "
+                              f"{' '.join(str(e).split())}") from e
+        missing = [m for m in ("make", "tasks") if not callable(getattr(spec, m, None))]
+        if missing:
+            raise ConfigError(f"env '{self.name}': its factory returned a value of type "
+                              f"{type(spec).__name__}, not an env spec (it lacks {' and '.join(m + '()' for m in missing)}; "
+                              "see docs/your-env.md)")
+        return spec
+
+
 def make_env_spec(section: EnvConfig, seed: int | None = None) -> EnvSpec:
     """The spec of an env section (its world at `seed`, default the section's own): the one
-    place a spec is built from configuration (`context.make_spec`, the tiny build)."""
+    place a spec is built from configuration (`context.make_spec`, the tiny build). A built-in
+    factory gets the section's fields (it takes those it declares) and `section.options`; a
+    user env's factory gets only `section.options`, the keys the user set, so its own defaults
+    hold for the rest."""
     factory = ENVS.get(section.name)
-    return factory(seed=section.seed if seed is None else seed,
-                   **{k: getattr(section, k) for k in SECTION_OPTIONS})
+    seed = section.seed if seed is None else seed
+    options = dict(getattr(section, "options", None) or {})
+    if isinstance(factory, UserEnvFactory):
+        return factory(seed=seed, **options)
+    return factory(seed=seed, **{**{k: getattr(section, k) for k in SECTION_OPTIONS}, **options})
+
+
+def has_expert(spec: EnvSpec) -> bool:
+    """Whether `spec` has a scripted expert (`expert(env, rng, error_rate)`)."""
+    return callable(getattr(spec, "expert", None))
+
+
+def check_tiny_env(section: EnvConfig) -> None:
+    """`--model tiny` warms the tiny model up on the env's scripted expert: a user env without
+    one is a one-line error naming `--model PATH`, before any build starts."""
+    if not ENVS.is_user(section.name):
+        return
+    if not has_expert(make_env_spec(section)):
+        raise ConfigError(f"env '{section.name}' has no scripted expert (spec.expert), which the "
+                          "tiny model's warm-up imitates: give a model with --model PATH (a local "
+                          "Hugging Face folder or a hub id)")

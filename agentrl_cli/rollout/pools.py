@@ -10,6 +10,7 @@ until it is built), and the scheduler re-issues its in-flight paths.
 from __future__ import annotations
 
 import hashlib
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -84,7 +85,10 @@ class RayPool:
         self.replaced = 0
 
     def _new_actor(self):
-        a = self.actor_cls.remote(self.cfg, max(1, self.cfg.rollout.batch_size // self.size))
+        # the trainer's import path goes along, so a worker imports a user env's module
+        # (`--env module:factory`) as the trainer did; a file env's path is absolute in the config
+        a = self.actor_cls.remote(self.cfg, max(1, self.cfg.rollout.batch_size // self.size),
+                                  list(sys.path))
         if self.weights is not None:
             a.load_weights.remote(self.weights)
         return a
@@ -155,8 +159,10 @@ class RolloutWorker:
     """What runs inside one Ray actor: the policy's engine, the env spec and a path executor,
     built from the run's config (the model folder must be readable at the same path)."""
 
-    def __init__(self, cfg: RunConfig, share: int):
+    def __init__(self, cfg: RunConfig, share: int, import_path: list[str] | None = None):
         from ..context import make_spec
+
+        sys.path.extend(p for p in import_path or [] if p not in sys.path)
         from ..engines import build_engine
         from ..models.loading import load_policy
 

@@ -24,8 +24,10 @@ from ..config import RunConfig, step_seed
 from ..context import make_spec
 from ..credit.estimators import ESTIMATORS
 from ..engines import build_engine, check_engine, sampling_params
+from ..envs.checker import require_fork
 from ..errors import ConfigError
 from ..evaluation.runner import evaluate
+from ..methods import FORKING_CONTROLLERS
 from ..models.critic import critic_config
 from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
@@ -81,6 +83,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     the checkpoint to resume from have passed their checks, before any model is loaded."""
     t_start = time.time()
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
+    if cfg.algo.controller in FORKING_CONTROLLERS:   # a user env that cannot fork: before loading
+        require_fork(cfg.env, f"method {cfg.method}")
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
     if not comm.is_main:
         log, progress = (lambda s: None), None
@@ -136,6 +140,7 @@ class Run:
     tokens_total: int = 0
     budget: int = 0
     rollout_carry: dict = field(default_factory=dict)  # RolloutContext.carry, step to step
+    spread_seen: bool = False             # a step among the first ones had reward spread
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
@@ -145,6 +150,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
         progress.start(cfg.train.steps, run.start_step)
     for step in range(run.start_step + 1, cfg.train.steps + 1):
         row = run_step(run, step)                 # rollout -> credit -> update
+        warn_no_spread(run, step, row)
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             run.last_eval = comm.on_main(evaluate_run, run, step)
             row.update(_eval_fields(run.last_eval))
@@ -274,6 +280,7 @@ def run_step(run: Run, step: int) -> dict:
     row = {
         "step": step,
         "reward/mean": float(batch.rewards.mean()),
+        "rollout/zero_spread_groups": zero_spread_groups(batch.rewards, batch.group_index),
         "success": sum(e.success for e in eps) / len(eps),
         "adv/mean": float(batch.advantages[mask].mean()) if mask.any() else 0.0,
         "adv/std": float(batch.advantages[mask].std()) if mask.sum() > 1 else 0.0,
@@ -293,6 +300,35 @@ def run_step(run: Run, step: int) -> dict:
     row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s"))  # others: mean over ranks
     run.tokens_total += row["rollout/tokens"]
     return row
+
+
+def zero_spread_groups(rewards: torch.Tensor, group_index: torch.Tensor) -> float:
+    """The share of groups (episodes of one task: a GRPO group, a FOCUS tree) whose rewards
+    are all equal, so their outcome advantages are 0 and they teach nothing (TRL's
+    `frac_reward_zero_std`). rewards, group_index: [B] -> a share in [0, 1]."""
+    groups = torch.unique(group_index)
+    if len(groups) == 0:
+        return 0.0
+    flat = sum(bool((rewards[group_index == g] == rewards[group_index == g][0]).all())
+               for g in groups.tolist())
+    return flat / len(groups)
+
+
+NO_SPREAD_STEPS = 3   # steps from the start with no reward spread in any group before the warning
+
+
+def warn_no_spread(run: Run, step: int, row: dict) -> None:
+    """Log once when each of a run's first NO_SPREAD_STEPS steps had no reward spread in any
+    group: every advantage was 0, so the run cannot learn as configured."""
+    if step > NO_SPREAD_STEPS or row.get("rollout/zero_spread_groups") != 1.0:
+        run.spread_seen = True
+        return
+    if step == NO_SPREAD_STEPS and not getattr(run, "spread_seen", False):
+        rewards = "0" if row.get("reward/mean") == 0 else f"{row.get('reward/mean'):.3g} on average"
+        run.log(f"warning: no reward spread in any group: in steps 1-{NO_SPREAD_STEPS} every "
+                f"episode of a task got the same reward (mean {rewards}), so every advantage "
+                "is 0 and the policy cannot learn; make the tasks easier or harder for this "
+                "model, raise rollout.group_size, or check the env's reward (agentrl check-env)")
 
 
 def save(run: Run, step: int) -> None:

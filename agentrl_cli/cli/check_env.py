@@ -1,0 +1,34 @@
+"""agentrl check-env"""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .options import ConfigOpt, SetOpt, user_errors
+
+
+@user_errors
+def check_env_cmd(
+    env: Annotated[str, typer.Argument(help="The env: a built-in name, an installed agentrl.envs entry point, module:factory or path/to/file.py:factory.")],
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the env's world (default env.seed).")] = None,
+):
+    """Check that an env meets the protocol the trainer relies on (types, rewards, step limit, snapshot/restore, determinism, gold answers, malformed actions): one line per problem and exit code 2, or a one-line OK. Example: agentrl check-env examples/calculator_env.py:make --set env.n_ops=1"""
+    from ..envs.base import make_env_spec
+    from ..envs.checker import check_env
+    from ..train.setup import load_checked
+
+    sets = list(set_ or []) + ([f"env.seed={seed}"] if seed is not None else [])
+    cfg = load_checked(str(config) if config else None, sets, **{"env.name": env})
+    make_env_spec(cfg.env)                # a spec that does not build: its one-line error
+    report = check_env(lambda s: make_env_spec(cfg.env, s), seed=cfg.env.seed,
+                       max_turns=cfg.env.max_turns)
+    for line in report.problems:
+        typer.echo(line)
+    if report.problems:
+        typer.echo(f"{len(report.problems)} problem(s) with env '{cfg.env.name}' "
+                   "(docs/your-env.md describes the protocol)", err=True)
+        raise typer.Exit(2)
+    typer.echo(report.summary(cfg.env.name))

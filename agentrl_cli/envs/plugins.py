@@ -1,0 +1,120 @@
+"""Objects from outside the package: `module:attr`, `path/to/file.py:attr`, or an installed
+package's entry point (`importlib.metadata`, group `agentrl.envs`).
+
+Every failure is a one-line `ConfigError` naming the spec and what is wrong (a file that does
+not exist, a module that does not import, a missing attribute); the exception that caused it is
+chained, so `AGENTRL_DEBUG=1` shows its traceback. Nothing here knows what the object is for:
+the env registry (`envs.base`) wraps and checks what it gets.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["entry_points", "is_file_spec", "is_spec", "load_entry_point", "load_spec"]
+
+
+def is_spec(name: str) -> bool:
+    """`module:attr` or `file.py:attr` (a registered name never holds a colon)."""
+    return ":" in name
+
+
+def is_file_spec(name: str) -> bool:
+    """`path/to/file.py:attr`."""
+    return is_spec(name) and name.rsplit(":", 1)[0].endswith(".py")
+
+
+def load_spec(spec: str, kind: str = "env") -> Any:
+    """The object `spec` names: `attr` (dotted for nested attributes) of the module or file."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ConfigError(f"{kind} '{spec}': expected module:attr or path/to/file.py:attr")
+    module = _load_file(spec, target, kind) if target.endswith(".py") else _import(spec, target, kind)
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            from ..registry import suggest
+
+            close = suggest(part, [n for n in dir(obj) if not n.startswith("_")])
+            hint = f" (did you mean '{close}'?)" if close else ""
+            raise ConfigError(f"{kind} '{spec}': {target} has no attribute '{attr}'{hint}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _load_file(spec: str, target: str, kind: str):
+    """The module of a Python file, imported once per path under a name derived from the path
+    (so two files called `env.py` do not collide). The file's folder goes on `sys.path` so that
+    it can import the modules beside it."""
+    path = Path(target).expanduser()
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ConfigError(f"{kind} '{spec}': file {path} {what}")
+    path = Path(os.path.abspath(path))
+    name = f"agentrl_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise ConfigError(f"{kind} '{spec}': {path} is not a Python module")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module            # dataclasses and pickle look the module up here
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001  (the user's file: any error is theirs, in one line)
+        del sys.modules[name]
+        raise ConfigError(f"{kind} '{spec}': {path} does not import: {_one_line(e)}") from e
+    return module
+
+
+def _import(spec: str, target: str, kind: str):
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as e:
+        if e.name and (target == e.name or target.startswith(e.name + ".")):
+            raise ConfigError(f"{kind} '{spec}': no module named '{e.name}' (is its folder on "
+                              "PYTHONPATH, or the package installed?)") from e
+        raise ConfigError(f"{kind} '{spec}': module '{target}' does not import: "
+                          f"{_one_line(e)}") from e
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"{kind} '{spec}': module '{target}' does not import: "
+                          f"{_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    if isinstance(e, SyntaxError) and e.lineno:
+        text = f"{e.msg} (line {e.lineno})"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+@functools.lru_cache(maxsize=8)
+def entry_points(group: str) -> dict[str, Any]:
+    """name -> EntryPoint of the installed packages' `group` (metadata only: nothing imports)."""
+    from importlib.metadata import entry_points as eps
+
+    try:
+        return {ep.name: ep for ep in eps(group=group)}
+    except Exception:  # noqa: BLE001  (broken metadata of some package: no entry points)
+        return {}
+
+
+def load_entry_point(group: str, name: str, kind: str = "env") -> Any:
+    """The object entry point `name` of `group` points at."""
+    ep = entry_points(group)[name]
+    try:
+        return ep.load()
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"{kind} '{name}' (entry point {group}: {ep.value}) does not load: "
+                          f"{_one_line(e)}") from e
