@@ -13,7 +13,12 @@ the base config's own `rollout.budget_tokens` when that is set. It is written to
 `<out>/ablation.json` and reused when the sweep is rerun.
 
 Resumable: a run whose folder has `summary.json` is finished and skipped; one with a checkpoint
-resumes from it (`agentrl train --resume`); anything else starts over.
+resumes from it (`agentrl train --resume`); anything else starts over. Each run records its
+full resolved config (the run's own `config.json`); a rerun with the same `--out` is refused,
+before any run starts, when a cell that finished or stopped with a checkpoint ran with a
+different config than the rerun would give it (`check_rerun`: another `--steps`, base `--set`,
+`--config` or `--budget`). Only `RERUN_MAY_CHANGE` may differ (how often a run checks and saves,
+where its metrics and rollouts go): none of them changes what a run computes.
 Cells run one after another in this process (`jobs = 1`) or as `jobs` parallel
 `agentrl train` subprocesses (each with its log in `<out>/logs/<cell>-seed-<S>.log`, outside the
 run folder, which only the run itself writes).
@@ -44,7 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import ConfigError
-from .config import RunConfig
+from .config import RESUME_KEYS, RunConfig, flatten
 from .registry import Registry
 from .train.run_folder import atomic_write_text
 from .train.setup import load_checked
@@ -199,6 +204,52 @@ def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable
     if timing is not None:
         timing["rollout_seconds"] = time.time() - t0
     return tokens
+
+
+# ----------------------------------------------------------------------------- rerun
+
+
+# What a rerun may change in a cell that already ran: the keys a resume may change, except
+# train.steps (a finished cell with other steps would sit in the table beside the new ones).
+RERUN_MAY_CHANGE = tuple(k for k in RESUME_KEYS if k != "train.steps")
+# the option of `agentrl ablate` that sets a key, for the hint of `check_rerun`
+_KEY_OPTIONS = {"train.steps": "--steps", "rollout.budget_tokens": "--budget", "seed": "--seed"}
+
+
+def rerun_difference(saved: RunConfig, new: RunConfig) -> tuple[str, object, object] | None:
+    """The first key (in config order) whose value a rerun would change in a run that ran
+    with `saved`, as (key, old, new); None when only `RERUN_MAY_CHANGE` keys (and `out`)
+    differ."""
+    a, b = flatten(saved), flatten(new)
+    for key in a:
+        if key != "out" and key not in RERUN_MAY_CHANGE and a[key] != b.get(key):
+            return key, a[key], b.get(key)
+    return None
+
+
+def check_rerun(sweep: Sweep) -> None:
+    """A rerun of a sweep in the same `--out`: every run that finished or stopped with a
+    checkpoint must have run with the config this rerun gives its cell (its `config.json`),
+    else one ConfigError line naming the run, the key, its old and new value, before any
+    run starts (a skipped or resumed run would otherwise be reported under settings it did
+    not run with)."""
+    from .config import load_saved
+
+    for cell in sweep.cells:
+        for seed in sweep.seeds:
+            run = sweep.run_dir(cell, seed)
+            if status(run) == "new" or not (run / "config.json").is_file():
+                continue                  # nothing kept: it (re)starts with the new config
+            diff = rerun_difference(load_saved(run), sweep.cell_config(cell, seed))
+            if diff is None:
+                continue
+            key, old, new = diff
+            opt = _KEY_OPTIONS.get(key)
+            again = f"{opt} {old}" if opt else f"--set {key}={old}"
+            raise ConfigError(
+                f"{sweep.out} holds {cell.name} seed {seed}, run with {key}={old}; this rerun "
+                f"would give it {key}={new}: rerun with {again} (the sweep's settings) or use "
+                f"a new --out")
 
 
 # ----------------------------------------------------------------------------- running

@@ -91,11 +91,11 @@ def ablate_cmd(
         AB.check_sweep(methods, axes, fixed)
     cells = AB.plan(methods, axes)
     out = out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
-    from ..train.run_folder import check_output_dir
-    check_output_dir(out)                 # a file or an unwritable place: before any run
     seed_list = [base.seed + i for i in range(seeds)]
     sweep = AB.Sweep(out, cells, seed_list, str(config) if config else None, base_sets)
-    configs = [sweep.cell_config(c, seed_list[0]) for c in cells]   # a bad value: exit 2 here
+    configs = _cell_configs(sweep, seeds)  # a bad value: exit 2 here, before --out is made
+    from ..train.run_folder import check_output_dir
+    check_output_dir(out)                 # a file or an unwritable place: before any run
     for w in AB.warmup_warnings(configs):
         log(f"[yellow]warning[/]: {w}")
 
@@ -105,6 +105,25 @@ def ablate_cmd(
     # 3. the matched budget, the plan, the runs
     res = _run(sweep, base, budget, axes, preset, configs, jobs, resume, log)
     _report(sweep, res, console, log)
+
+
+def _cell_configs(sweep, seeds: int) -> list:
+    """Every cell's config (first seed), checked as `agentrl train` checks its own before any
+    work: values, plugin names, the held-out tasks within the eval split, and the sweep's
+    last seed within the seed's bounds."""
+    from ..errors import ConfigError
+    from ..train.setup import check_eval_tasks
+
+    configs = [sweep.cell_config(c, sweep.seeds[0]) for c in sweep.cells]
+    for cfg in configs:
+        check_eval_tasks(cfg)
+    if seeds > 1:
+        try:
+            sweep.cell_config(sweep.cells[0], sweep.seeds[-1])
+        except ConfigError as e:
+            raise ConfigError(f"--seeds {seeds} from seed {sweep.seeds[0]} runs seed "
+                              f"{sweep.seeds[-1]}: {e}") from None
+    return configs
 
 
 def _swept(method, beta, kappa, lam, grid, preset, fixed: dict, log):
@@ -158,6 +177,7 @@ def _run(sweep, base, budget, axes, preset, configs, jobs: int, resume, log) -> 
         timing: dict = {}
         sweep.budget = AB.resolve_budget(sweep.out, base, budget, log, timing)
         command = resume(sweep.budget)
+        AB.check_rerun(sweep)              # before ablation.json or any run is rewritten
         AB.record(sweep, axes, preset)
         for line in AB.plan_lines(sweep, configs, timing.get("rollout_seconds"), jobs):
             log(line)

@@ -1,0 +1,130 @@
+"""User mistakes are one line, exit 2, before any work, and leave nothing behind: a sweep rerun
+with other settings, bad sweep values, bounds on what a rollout may allocate, an env option out
+of range, an unwritable --json, a model that is not there, a full disk during a checkpoint,
+and hints that name options the command has."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentrl_cli import ablate as AB
+from agentrl_cli.cli.main import app
+from conftest import MICRO
+
+runner = CliRunner(env={"COLUMNS": "1000"})
+FAST = MICRO + ["train.eval_every=0", "train.steps=1"]
+
+
+def _one_line_exit_2(res, needle: str) -> None:
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in res.output, res.output
+
+
+def _sets(extra=()):
+    return [a for s in [*FAST, *extra] for a in ("--set", s)]
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
+            for p in folder.rglob("*")}
+
+
+# ------------------------------------------------------------------ ablate records and refuses
+def _fake_train(calls: list, finish: bool = True):
+    """A run of a sweep without the work: its config.json (as the trainer writes it) and, when
+    `finish`, its summary.json; a checkpoint marker otherwise (a partial run)."""
+    def fake(sweep, cell, seed, log=lambda s: None):
+        calls.append((cell.name, seed))
+        run = sweep.run_dir(cell, seed)
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "config.json").write_text(json.dumps(sweep.cell_config(cell, seed).to_dict()))
+        s = {"final_success": 0.25, "tokens_generated": 100, "final_tokens_per_question": 5.0,
+             "base_success": 0.1, "wall_seconds": 1.0}
+        if finish:
+            (run / "summary.json").write_text(json.dumps(s))
+        else:
+            (run / "checkpoints").mkdir(exist_ok=True)
+            (run / "checkpoints" / "latest").write_text("step-000001")
+        return s
+    return fake
+
+
+SWEEP = ["ablate", "--method", "grpo", "--grid", "algo.kl_coef=0,1", "--budget", "10"]
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["finished", "partial"])
+@pytest.mark.parametrize("change, needle", [
+    (["--steps", "2"], "run with train.steps=1; this rerun would give it train.steps=2: "
+                       "rerun with --steps 1"),
+    (["--set", "train.lr=0.001"], "run with train.lr=0.0002; this rerun would give it "
+                                  "train.lr=0.001: rerun with --set train.lr=0.0002"),
+    (["--config", "{tmp}/c.yaml"], "run with rollout.top_p=1.0; this rerun would give it "
+                                   "rollout.top_p=0.9"),
+])
+def test_a_sweep_rerun_with_other_settings_is_refused(tmp_path, monkeypatch, finish, change,
+                                                       needle):
+    """Rerunning a sweep in the same --out with another --steps, base --set or --config than
+    its runs ran with: one line naming the key and both values, before any run, and the
+    sweep's record and table are left as they were."""
+    (tmp_path / "c.yaml").write_text("rollout:\n  top_p: 0.9\n")
+    out = tmp_path / "sw"
+    calls: list = []
+    monkeypatch.setattr(AB, "_train_here", _fake_train(calls, finish))
+    r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets()])
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 2
+    before = _snapshot(out)
+    calls.clear()
+    change = [c.replace("{tmp}", str(tmp_path)) for c in change]
+    r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets(), *change])
+    _one_line_exit_2(r, needle)
+    assert "grpo_kl_coef=0 seed 0" in r.output
+    assert calls == [] and _snapshot(out) == before
+
+
+def test_a_sweep_rerun_with_a_new_budget_is_refused_for_a_partial_run(tmp_path, monkeypatch):
+    out = tmp_path / "sw"
+    monkeypatch.setattr(AB, "_train_here", _fake_train([], finish=False))
+    r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets()])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, [*SWEEP[:-1], "12", "--out", str(out), *_sets()])
+    _one_line_exit_2(r, "rollout.budget_tokens=10; this rerun would give it "
+                        "rollout.budget_tokens=12: rerun with --budget 10")
+
+
+def test_a_sweep_rerun_may_change_how_often_it_checks(tmp_path, monkeypatch):
+    """The same sweep again skips its finished runs; a key of RERUN_MAY_CHANGE may differ."""
+    out = tmp_path / "sw"
+    calls: list = []
+    monkeypatch.setattr(AB, "_train_here", _fake_train(calls))
+    r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets()])
+    assert r.exit_code == 0, r.output
+    calls.clear()
+    assert "train.eval_every" in AB.RERUN_MAY_CHANGE and "train.steps" not in AB.RERUN_MAY_CHANGE
+    r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets(["train.eval_every=5"])])
+    assert r.exit_code == 0, r.output
+    assert "skipping 2 finished" in r.output and calls == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--kappa", "-1,1"], "algo.kappa must be >= 0, got -1.0"),
+    (["--method", "focus", "--set", "algo.kappa=-1"], "algo.kappa must be >= 0"),
+    (["--method", "nope"], "unknown method 'nope'"),
+    (["--method", "grpo", "--set", "train.eval_tasks=100"],
+     "train.eval_tasks=100 is above the search eval split's 60 tasks"),
+    (["--method", "grpo", "--grid", "env.n_eval=2,60"],
+     "train.eval_tasks=3 is above the search eval split's 2 tasks"),
+    (["--method", "grpo", "--seed", str(2**63 - 1), "--seeds", "2"],
+     "--seeds 2 from seed 9223372036854775807 runs seed 9223372036854775808: seed must be <="),
+])
+def test_a_bad_sweep_leaves_no_out_folder(tmp_path, monkeypatch, args, needle):
+    monkeypatch.setattr(AB, "_train_here", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(AB, "measure_budget", lambda *a, **k: pytest.fail("work started"))
+    out = tmp_path / "sw"
+    r = runner.invoke(app, ["ablate", "--out", str(out), *_sets(), *args])
+    _one_line_exit_2(r, needle)
+    assert not out.exists()
