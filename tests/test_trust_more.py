@@ -128,3 +128,49 @@ def test_a_bad_sweep_leaves_no_out_folder(tmp_path, monkeypatch, args, needle):
     r = runner.invoke(app, ["ablate", "--out", str(out), *_sets(), *args])
     _one_line_exit_2(r, needle)
     assert not out.exists()
+
+
+# ---------------------------------------------------------- raw tracebacks become one line
+@pytest.mark.parametrize("cmd", [
+    ["train", "--out", "{tmp}/run"],
+    ["eval", "--tasks", "1", "--n", "1"],
+    ["rollout", "--n", "1", "--policy", "expert", "--out", "{tmp}/e.jsonl"],
+])
+def test_a_search_option_out_of_range_is_one_line(tmp_path, monkeypatch, cmd):
+    monkeypatch.chdir(tmp_path)
+    args = [c.replace("{tmp}", str(tmp_path)) for c in cmd]
+    res = runner.invoke(app, [*args, *_sets(), "--set", "env.max_hops=6"])
+    _one_line_exit_2(res, "env.max_hops must be at most 5 for the search env")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monkeypatch):
+    """The second checkpoint's write fails with ENOSPC: one line naming it and the first,
+    which is kept (and still what `latest` names); no temp folder is left; the run resumes."""
+    import errno
+
+    from agentrl_cli.train import checkpoint
+
+    real, calls = checkpoint.torch.save, []
+
+    def full(obj, f, *a, **k):
+        calls.append(f)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, f, *a, **k)
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    run = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--method", "grpo", "--out", str(run), *_sets(),
+                              "--set", "train.steps=2", "--set", "train.save_every=1",
+                              "--set", "train.eval_tasks=1"])
+    assert res.exit_code == 2, res.output
+    err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    first, second = checkpoint.step_dir(run, 1), checkpoint.step_dir(run, 2)
+    assert len(err) == 1 and "Traceback" not in res.output, res.output
+    assert f"cannot write checkpoint {second} (No space left on device)" in err[0]
+    assert f"the last good checkpoint, {first}, is kept" in err[0]
+    assert f"--resume {run}" in err[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step-000001"]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-000001"
+    assert checkpoint.verify(first) is None

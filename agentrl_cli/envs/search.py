@@ -129,10 +129,11 @@ class SearchWorld:
 
     def __init__(self, seed: int = 0, n_entities: int = 300, relations: str = "full"):
         if relations not in RELATION_SETS:
-            raise ValueError(f"unknown relations '{relations}'; valid: {', '.join(RELATION_SETS)}")
+            raise ConfigError(f"env.relations: unknown relations '{relations}'; valid: "
+                              f"{', '.join(RELATION_SETS)}")
         self.relations = RELATION_SETS[relations]
         if n_entities < 20:
-            raise ValueError(f"n_entities must be at least 20, got {n_entities}")
+            raise ConfigError(f"env.n_entities must be at least 20, got {n_entities}")
         self.seed = seed
         self.n_entities = n_entities
         rng = random.Random(f"search-world-{seed}-{n_entities}")
@@ -417,11 +418,13 @@ class SearchSpec:
                  max_hops: int = 3, n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
                  relations: str = "full"):
         if not 1 <= min_hops <= max_hops:
-            raise ValueError(f"need 1 <= min_hops <= max_hops, got {min_hops}..{max_hops}")
+            raise ConfigError(f"the search env needs 1 <= env.min_hops <= env.max_hops, got "
+                              f"{min_hops}..{max_hops}")
         if max_hops > 5:
-            raise ValueError(f"max_hops must be at most 5, got {max_hops}")
+            raise ConfigError(f"env.max_hops must be at most 5 for the search env (its longest "
+                              f"relation chain), got {max_hops}")
         if n_train < 0 or n_eval < 0:
-            raise ValueError("n_train and n_eval must be non-negative")
+            raise ConfigError("env.n_train and env.n_eval must be non-negative")
         self.seed, self.n_entities = int(seed), int(n_entities)
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)

@@ -100,18 +100,39 @@ def write_manifest(folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
+class CheckpointWriteError(ConfigError):
+    """A checkpoint that could not be written (a full disk, a quota, a folder gone): one line
+    naming it and the last good checkpoint, which is kept."""
+
+
 def save(out: Path, step: int, model, tokenizer, state: dict) -> Path:
+    """Write the checkpoint of `step` (temp folder, manifest last, rename). A write that fails
+    (`OSError`: no space left, ...) removes the temp folder, leaves the previous checkpoints
+    and `latest` as they were, and raises `CheckpointWriteError`."""
     final = step_dir(out, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:06d}.", dir=final.parent))
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    torch.save(plain_state(state), tmp / STATE_FILE)
-    write_manifest(tmp)                   # last: a checkpoint with a manifest is complete
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    atomic_write_text(out / "checkpoints" / "latest", final.name)
+    state = plain_state(state)            # a programming error stays a TypeError
+    tmp = None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:06d}.", dir=final.parent))
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        torch.save(state, tmp / STATE_FILE)
+        write_manifest(tmp)               # last: a checkpoint with a manifest is complete
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        tmp = None
+        atomic_write_text(out / "checkpoints" / "latest", final.name)
+    except OSError as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        good = next((c for c in steps_newest_first(out) if c != final or tmp is None), None)
+        kept = (f"the last good checkpoint, {good}, is kept" if good is not None
+                else "the run has no earlier checkpoint")
+        raise CheckpointWriteError(
+            f"cannot write checkpoint {final} ({e.strerror or e}): {kept}; free space and "
+            f"continue with --resume {out}") from None
     return final
 
 
