@@ -28,7 +28,7 @@ import torch
 from ..config import EnvConfig
 
 RECIPE_VERSION = 9
-LATER_FIELDS = {"repos": "per-task", "options": {}}  # added after v8, kept out of the key at its default
+LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at its default
 # the recipe's env section under the names its key and recipe.json give them
 ENV_KEYS = {"name": "env", "seed": "env_seed"}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -70,7 +70,9 @@ class TinyRecipe:
     def flat(self) -> dict:
         """One level of fields, the env's under `ENV_KEYS` names (`env`, `env_seed`, `min_hops`,
         ...): what the key hashes and `recipe.json` records."""
-        out = {ENV_KEYS.get(k, k): v for k, v in asdict(self.env).items()}
+        # a user env's options (none for a built-in env) only when there are any
+        out = {ENV_KEYS.get(k, k): v for k, v in asdict(self.env).items()
+               if not (k == "options" and not v)}
         out.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "env")
         return out
 
