@@ -118,9 +118,10 @@ def test_resume_reproduces_an_uninterrupted_lora_run_and_eval_loads_it(tmp_path,
     res = CliRunner().invoke(app, ["rollout", "--checkpoint", str(full), "--n", "1", "--out",
                                    str(tmp_path / "r.jsonl"), *sum((["--set", s] for s in MICRO), [])])
     assert res.exit_code == 0, res.output
-    # eval's policy is the checkpoint's: its adapters over the base, not the base alone
+    # --model <adapters> without LoRA: the adapters merged into the base (not the base alone)
     ev = config.load(sets=MICRO + [f"model.name={ck}"])
     adapted = load_policy(ev, log=lambda s: None)[0]
+    assert not lora.is_lora(adapted)
     merged = {k: v for k, v in adapted.state_dict().items()}
     base = loading.load_model(loading.model_path(cfg), cfg).state_dict()
     assert any(not torch.equal(merged[k], base[k]) for k in base if k in merged)
@@ -157,3 +158,14 @@ def test_missing_peft_is_one_line_naming_pip_install(monkeypatch):
         _lora_policy()
     cfg = config.load(sets=MICRO)                       # no LoRA: PEFT is never imported
     assert not lora.is_lora(load_policy(cfg, log=lambda s: None)[0])
+
+
+def test_a_checkpoint_without_weights_or_adapters_is_damaged(tmp_path):
+    ck = tmp_path / "checkpoints" / "step-000001"
+    ck.mkdir(parents=True)
+    torch.save({"step": 1}, ck / checkpoint.STATE_FILE)
+    checkpoint.write_manifest(ck)
+    assert "lists neither model.safetensors nor adapter_model.safetensors" in checkpoint.verify(ck)
+    (ck / lora.ADAPTER_FILE).write_bytes(b"x")
+    checkpoint.write_manifest(ck)
+    assert checkpoint.verify(ck) is None
