@@ -174,3 +174,48 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monke
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step-000001"]
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-000001"
     assert checkpoint.verify(first) is None
+
+
+# ------------------------------------------------------------------ a model that is not there
+@pytest.mark.parametrize("cmd", [
+    ["train", "--out", "{tmp}/run"],
+    ["eval", "--tasks", "1", "--n", "1"],
+    ["rollout", "--n", "1", "--out", "{tmp}/e.jsonl"],
+    ["ablate", "--method", "grpo", "--budget", "10", "--out", "{tmp}/sw"],
+])
+def test_a_model_that_is_not_there_fails_fast_offline(tmp_path, monkeypatch, cmd):
+    """A typo'd hub id with HF_HUB_OFFLINE=1: one line in well under the loader's minute of
+    retries, exit 2, and no run folder, lock or output file left."""
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    args = [c.replace("{tmp}", str(tmp_path)) for c in cmd]
+    t0 = time.time()
+    res = runner.invoke(app, [*args, *_sets(), "--set", "model.name=not/a-real-model"])
+    _one_line_exit_2(res, "model.name: 'not/a-real-model' is not a local folder and not in the "
+                          "Hugging Face cache, and HF_HUB_OFFLINE=1")
+    assert time.time() - t0 < 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_hub_is_asked_once_without_retries(tmp_path, monkeypatch):
+    from huggingface_hub import HfApi
+
+    from agentrl_cli.train import setup
+
+    calls = []
+
+    def unreachable(self, name, timeout=None, **k):
+        calls.append((name, timeout))
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(HfApi, "model_info", unreachable)
+    setup._ask_hub.cache_clear()
+    res = runner.invoke(app, ["train", "--model", "not/a-real-model2", "--out",
+                              str(tmp_path / "run"), *_sets()])
+    _one_line_exit_2(res, "model.name: 'not/a-real-model2' is not a local folder nor in the "
+                          "Hugging Face cache, and the hub cannot be reached")
+    assert calls == [("not/a-real-model2", setup.HUB_TIMEOUT)]
+    assert not (tmp_path / "run").exists()

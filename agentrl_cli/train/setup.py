@@ -7,7 +7,12 @@ second, before a model is loaded or a run folder written).
 """
 from __future__ import annotations
 
+import functools
+import os
+from pathlib import Path
+
 from ..config import RunConfig, load
+from ..errors import ConfigError
 
 
 def check_names(cfg: RunConfig) -> RunConfig:
@@ -49,6 +54,57 @@ def _env_options(name: str) -> tuple[str, ...]:
     return tuple(getattr(ENVS.get(name), "options", ()) or ())
 
 
+HUB_TIMEOUT = 5.0    # seconds for the one request that asks the hub whether a model exists
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_hub_model(name: str, key: str = "model.name") -> None:
+    """A hub id (not `tiny`, not a local folder) must be in the local Hugging Face cache or,
+    online, exist on the hub: one request of at most HUB_TIMEOUT seconds, no retries. Else one
+    ConfigError line before any work: the loader would otherwise retry for most of a minute
+    and fail after the run folder was opened. With HF_HUB_OFFLINE=1 only the cache counts."""
+    if not name or name == "tiny" or Path(name).expanduser().exists():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except ValueError:                    # not a valid repo id
+        raise ConfigError(f"{key}: '{name}' is neither a local folder nor a hub id") from None
+    if hub_offline():
+        raise ConfigError(f"{key}: '{name}' is not a local folder and not in the Hugging Face "
+                          "cache, and HF_HUB_OFFLINE=1 forbids downloading it: check the "
+                          "path, or download it once online")
+    _ask_hub(name, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _ask_hub(name: str, key: str) -> None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(name, timeout=HUB_TIMEOUT)
+    except GatedRepoError:
+        return                            # it exists: the loader reports the access it needs
+    except RepositoryNotFoundError:
+        raise ConfigError(f"{key}: no model '{name}' on the Hugging Face hub (and no local "
+                          "folder of that name): check the id or the path") from None
+    except Exception as e:  # noqa: BLE001 (no connection, a timeout, a proxy's refusal)
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{key}: '{name}' is not a local folder nor in the Hugging Face "
+                          f"cache, and the hub cannot be reached ({first}): check the "
+                          "network, or the path if it is a local model") from None
+
+
 def load_checked(*args, **kwargs) -> RunConfig:
-    """`config.load(...)` followed by `check_names`: the config a command runs with."""
-    return check_names(load(*args, **kwargs))
+    """`config.load(...)` followed by `check_names` and (`check_hub_model`) a model that is
+    there: the config a command runs with."""
+    cfg = check_names(load(*args, **kwargs))
+    check_hub_model(cfg.model.name)
+    check_hub_model(cfg.model.critic_path, "model.critic_path")
+    return cfg
