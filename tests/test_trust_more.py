@@ -219,3 +219,18 @@ def test_an_unreachable_hub_is_asked_once_without_retries(tmp_path, monkeypatch)
                           "Hugging Face cache, and the hub cannot be reached")
     assert calls == [("not/a-real-model2", setup.HUB_TIMEOUT)]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("cmd", [
+    ["eval", "--tasks", "1", "--n", "1"],
+    ["diagnose", "audit-tree", "--png", "{tmp}/a.png", "--tasks", "1"],
+])
+def test_an_unwritable_json_path_is_refused_before_the_work(tmp_path, monkeypatch, cmd):
+    """`--json /proc/x`: the mode bits say writable to root, the write would fail at the end;
+    it is one line before the work."""
+    import agentrl_cli.models.loading as ml
+
+    monkeypatch.setattr(ml, "load_policy", lambda *a, **k: pytest.fail("work started"))
+    args = [c.replace("{tmp}", str(tmp_path)) for c in cmd]
+    res = runner.invoke(app, [*args, "--json", "/proc/x"])
+    _one_line_exit_2(res, "--json /proc/x: cannot write in /proc")

@@ -30,6 +30,7 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -130,6 +131,12 @@ def _writable_folder(folder: Path, label: str, name: str) -> None:
         raise ConfigError(f"{label}: cannot create {name} ({e.strerror or e})") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"{label} is not writable")
+    try:                                  # os.access trusts the mode bits (root, /proc, ...)
+        fd, probe = tempfile.mkstemp(prefix=".agentrl-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{label}: cannot write in {name} ({e.strerror or e})") from None
 
 
 def check_output_file(path: Path, what: str = "--out") -> None:
