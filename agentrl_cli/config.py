@@ -767,8 +767,9 @@ def check_model_folder(key: str, path: str) -> None:
     if not path or path == "tiny" or not p.is_dir():
         return
     if (p / "checkpoints").is_dir() or (p / "metrics.jsonl").is_file():
-        raise ConfigError(f"{key}: {path} is a run folder, not a model; load its newest "
-                          f"checkpoint with --checkpoint {path}")
+        steps = sorted((p / "checkpoints").glob("step-*"))
+        raise ConfigError(f"{key}: {path} is a run folder, not a model; give one of its "
+                          f"checkpoints, e.g. {steps[-1] if steps else p / 'checkpoints' / 'step-N'}")
     if not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
         raise ConfigError(f"{key}: {path} is a folder but not a model (no Hugging Face config.json)")
 

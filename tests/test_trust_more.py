@@ -234,3 +234,76 @@ def test_an_unwritable_json_path_is_refused_before_the_work(tmp_path, monkeypatc
     args = [c.replace("{tmp}", str(tmp_path)) for c in cmd]
     res = runner.invoke(app, [*args, "--json", "/proc/x"])
     _one_line_exit_2(res, "--json /proc/x: cannot write in /proc")
+
+
+# ------------------------------------------------------- hints name options the command has
+def _commands() -> dict:
+    """'train', 'diagnose variance', ... -> the click command."""
+    import typer
+
+    out = {}
+
+    def walk(c, name):
+        if hasattr(c, "commands"):        # a group (typer may bring its own click)
+            for n, sub in c.commands.items():
+                walk(sub, f"{name} {n}".strip())
+        else:
+            out[name] = c
+    walk(typer.main.get_command(app), "")
+    return out
+
+
+def _options(command) -> set[str]:
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+
+
+def _unknown_options(text: str, here: str, commands: dict) -> list[str]:
+    """The `--options` that `text` names and the command they belong to lacks: after
+    `agentrl <cmd>` the options are that command's, otherwise `here`'s."""
+    import re
+
+    bad = []
+    for m in re.finditer(r"(?:agentrl ((?:diagnose )?[a-z-]+)[^.;:]*?)?(?<![\w-])(--[a-z][a-z-]*)",
+                         text):
+        cmd = m.group(1) if m.group(1) in commands else here
+        if cmd and m.group(2) not in _options(commands[cmd]):
+            bad.append(f"{cmd}: {m.group(2)}")
+    return bad
+
+
+def test_help_texts_name_only_options_their_command_has():
+    commands = _commands()
+    bad = []
+    for name, c in commands.items():
+        for text in [c.help or "", *(getattr(p, "help", "") or "" for p in c.params)]:
+            bad += _unknown_options(text, name, commands)
+    assert bad == []
+
+
+@pytest.mark.parametrize("cmd, args", [
+    ("train", ["--model", "{run}"]),
+    ("train", ["--set", "model.critic=separate", "--set", "model.critic_path={run}"]),
+    ("eval", ["--model", "{run}"]),
+    ("rollout", ["--model", "{run}", "--out", "{tmp}/e.jsonl"]),
+    ("train", ["--out", "{run}"]),
+    ("eval", ["--tasks", "61"]),
+    ("train", ["--resume", "{run}", "--out", "{tmp}/x"]),
+    ("train", ["--resume", "{run}", "--seed", "3"]),
+    ("rollout", ["--out", "{tmp}/exists.jsonl", "--policy", "expert"]),
+])
+def test_error_hints_name_only_options_the_command_has(tmp_path, monkeypatch, cmd, args):
+    """A one-line error's hint (`--checkpoint ...`, `--resume ...`) names options of the
+    command the user ran (or of the `agentrl <command>` it names)."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000001").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("")
+    (run / ".agentrl-run.json").write_text(json.dumps(
+        {"agentrl_run": 1, "files": ["config.json", "metrics.jsonl", "checkpoints"]}))
+    (tmp_path / "exists.jsonl").write_text("")
+    args = [a.replace("{run}", str(run)).replace("{tmp}", str(tmp_path)) for a in args]
+    res = runner.invoke(app, [cmd, *args, *([] if "--resume" in args else _sets())])
+    assert res.exit_code == 2, res.output
+    line = [ln for ln in res.output.splitlines() if ln.strip()][-1]
+    assert _unknown_options(line, cmd, _commands()) == [], line

@@ -17,7 +17,7 @@ def build_tiny_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ):
-    """Remake the tiny built-in agent from its recipe (the env's `env.*` keys and `model.tiny_*`), and say whether it equals the build that ships with the package. Train on it with --model OUT. Example: agentrl build-tiny --out runs/tiny-search"""
+    """Remake the tiny built-in agent from its recipe (the env's `env.*` keys and `model.tiny_*`), and say whether it equals the build that ships with the package. Train on it with agentrl train --model OUT. Example: agentrl build-tiny --out runs/tiny-search"""
     from ..models.loading import tiny_recipe
     from ..models.tiny import shipped_path
     from ..train.tiny_build import rebuild
@@ -35,5 +35,5 @@ def build_tiny_cmd(
     if info["identical"] is not None:
         typer.echo("the same weights as the shipped build, byte for byte" if info["identical"] else
                    "different weights from the shipped build: float kernels and thread counts "
-                   "move the warm-up's late jump; --model tiny keeps using the shipped build")
+                   "move the warm-up's late jump; other commands keep using the shipped build for --model tiny")
     typer.echo(f"train on it: agentrl train --model {out}")
