@@ -227,3 +227,19 @@ def test_zero_spread_groups_and_the_warning():
     for step, share in ((1, 1.0), (2, 0.5), (3, 1.0)):
         warn_no_spread(run, step, {**flat, "rollout/zero_spread_groups": share})
     assert run.lines == []
+
+
+def test_ray_workers_import_a_module_env_as_the_trainer_did(model_dir, tmp_path, monkeypatch):
+    """The module is importable only through the trainer's `sys.path` (not PYTHONPATH): a Ray
+    rollout worker gets that path and builds the same env."""
+    pytest.importorskip("ray")
+    shutil.copy(EXAMPLE, tmp_path / "raycalc_env.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--method", "grpo", "--env", "raycalc_env:make",
+                              "--model", model_dir, "--out", str(out), "--rollout-workers", "1",
+                              *_sets(["train.steps=1"])])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and rows[1]["rollout/tokens"] > 0
