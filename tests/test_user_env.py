@@ -199,6 +199,10 @@ def test_resume_finds_a_file_env_again(model_dir, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
+    res = runner.invoke(app, ["eval", "--checkpoint", str(out), "--n", "1", "--tasks", "2",
+                              "--json", str(tmp_path / "eval.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "eval.json").read_text())
 
 
 def test_zero_spread_groups_and_the_warning():
@@ -243,3 +247,25 @@ def test_ray_workers_import_a_module_env_as_the_trainer_did(model_dir, tmp_path,
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and rows[1]["rollout/tokens"] > 0
+
+
+def test_an_installed_packages_entry_point_env(tmp_path, monkeypatch):
+    """A package's `agentrl.envs` entry point is an env name like a built-in one, options
+    included."""
+    from agentrl_cli.envs import plugins
+
+    shutil.copy(EXAMPLE, tmp_path / "epcalc_env.py")
+    info = tmp_path / "epcalc-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: epcalc\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[agentrl.envs]\nep-calculator = epcalc_env:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.entry_points.cache_clear()
+    try:
+        cfg = config.load(sets=["env.n_ops=3"], **{"env.name": "ep-calculator"})
+        assert cfg.env.options == {"n_ops": 3}
+        assert all(t.prompt.count(" ") == 7 for t in make_env_spec(cfg.env).tasks("eval"))
+        res = runner.invoke(app, ["check-env", "ep-calculator"])
+        assert res.exit_code == 0 and res.output.startswith("ok: env 'ep-calculator'"), res.output
+    finally:
+        plugins.entry_points.cache_clear()
