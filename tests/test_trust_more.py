@@ -24,6 +24,13 @@ def _one_line_exit_2(res, needle: str) -> None:
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in res.output, res.output
 
 
+def _stderr_one_line_exit_2(res, needle: str) -> None:
+    """As `_one_line_exit_2`, on stderr only (stdout may carry a first build of `tiny`)."""
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in res.output, res.output
+
+
 def _sets(extra=()):
     return [a for s in [*FAST, *extra] for a in ("--set", s)]
 
@@ -307,3 +314,48 @@ def test_error_hints_name_only_options_the_command_has(tmp_path, monkeypatch, cm
     assert res.exit_code == 2, res.output
     line = [ln for ln in res.output.splitlines() if ln.strip()][-1]
     assert _unknown_options(line, cmd, _commands()) == [], line
+
+
+# ------------------------------------------------------------ what a rollout may allocate
+def test_a_prompt_longer_than_max_tokens_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """A prompt is fed whole: one longer than rollout.max_tokens (a BFCL prompt with its
+    function docs, through a byte-level tokenizer) is one line before the weights load."""
+    import agentrl_cli.models.loading as ml
+
+    monkeypatch.setattr(ml, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "e.jsonl"
+    res = runner.invoke(app, ["rollout", "--n", "2", "--out", str(out), *_sets(),
+                              "--set", "rollout.max_tokens=20"])
+    _stderr_one_line_exit_2(res, "above rollout.max_tokens=20: a prompt is fed whole")
+    assert "the search prompt of task" in res.output and not out.exists()
+
+
+@pytest.mark.parametrize("method", [None, "focus"])
+def test_rows_in_flight_times_the_context_must_fit_in_memory(tmp_path, monkeypatch, method):
+    """rows in flight (linear: min(n, batch_size); a FOCUS tree keeps up to 2 x batch_size rows)
+    x rollout.max_tokens of KV cache, plus the CPU attention of the longest prompt, against the
+    available memory: over it is one line naming the keys, before the model loads."""
+    import agentrl_cli.models.loading as ml
+    from agentrl_cli.train import setup
+
+    monkeypatch.setattr(ml, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    seen = []
+    real = setup.rollout_bytes
+
+    def spy(model, rows, *a):
+        seen.append(rows)
+        return real(model, rows, *a)
+
+    monkeypatch.setattr(setup, "rollout_bytes", spy)
+    monkeypatch.setattr(setup, "available_memory", lambda: 10_000)
+    out = tmp_path / "e.jsonl"
+    res = runner.invoke(app, ["rollout", "--n", "3", "--out", str(out), *_sets(),
+                              "--set", "rollout.batch_size=5",
+                              *(["--method", method] if method else [])])
+    _stderr_one_line_exit_2(res, "rows in flight x rollout.max_tokens=768")
+    assert "above the 0.0 GiB available" in res.output and not out.exists()
+    assert seen == [10 if method else 3]
+    # the micro model's KV cache at these sizes, from its config.json
+    kv, att = setup.rollout_bytes({"num_hidden_layers": 2, "num_attention_heads": 4,
+                                   "num_key_value_heads": 2, "head_dim": 32}, 3, 768, 100, 4, True)
+    assert kv == 3 * 768 * 2 * 2 * 2 * 32 * 4 and att == 3 * 5 * 100 * 100 * 4

@@ -48,6 +48,11 @@ def rollout_cmd(
     cfg = load_config(config, set_, benchmark=benchmark, method=method, env=env, model=model,
                       engine=engine, seed=seed)
     _build_model(cfg, policy, split)
+    tree = policy == "model" and method is not None and cfg.algo.controller == "focus"
+    if policy == "model":                 # prompts within max_tokens, rows x context in memory
+        from ..train.setup import check_rollout_memory
+        check_rollout_memory(cfg, 2 * cfg.rollout.batch_size if tree else min(n, cfg.rollout.batch_size),
+                             split, n if tree else -(-n // (group_size or 1)))
     trees = None
     # trees only when asked for by name: the default recipe (focus) must not turn a plain
     # `agentrl rollout` into tree search

@@ -108,3 +108,88 @@ def load_checked(*args, **kwargs) -> RunConfig:
     check_hub_model(cfg.model.name)
     check_hub_model(cfg.model.critic_path, "model.critic_path")
     return cfg
+
+
+# ------------------------------------------------------------------ what a rollout allocates
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def available_memory() -> int | None:
+    """Bytes the rollout may take: the kernel's MemAvailable (None where unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def rollout_bytes(model: dict, rows: int, context: int, prefill: int, dtype_bytes: int,
+                  cpu: bool) -> tuple[int, int]:
+    """(KV cache, attention of one prefill) in bytes, from a model's config.json (`model`).
+    KV cache: rows x context tokens x layers x 2 (K, V) x KV heads x head dim. On the CPU the
+    hf engine's attention with a padding mask materialises its scores and mask: rows x (heads
+    + 1) x prefill x prefill (a row's whole first input, its prompt, is one forward; on a GPU
+    the fused kernels do not, so this term is 0)."""
+    heads = int(model.get("num_attention_heads") or 1)
+    kv_heads = int(model.get("num_key_value_heads") or heads)
+    head_dim = int(model.get("head_dim") or int(model.get("hidden_size", heads)) // heads)
+    layers = int(model.get("num_hidden_layers") or 1)
+    kv = rows * context * layers * 2 * kv_heads * head_dim * dtype_bytes
+    att = rows * (heads + 1) * prefill * prefill * dtype_bytes if cpu else 0
+    return kv, att
+
+
+def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks: int | None = None,
+                         available: int | None = None) -> None:
+    """Before the model loads: (1) every prompt the rollout will feed (system prompt + first
+    user message of each of its tasks) fits in `rollout.max_tokens`, since a prompt is fed
+    whole (a BFCL prompt with the task's function docs is tens of thousands of tokens with a
+    byte-level tokenizer); (2) `rows` rows in flight x `rollout.max_tokens` (the KV cache) plus,
+    on the CPU, one prefill of the longest prompt (`rollout_bytes`) fit in the available
+    memory. Else one ConfigError line naming the key to lower. The hf engine only (vLLM takes
+    `rollout.vllm_gpu_memory` of the GPU and pages its cache)."""
+    import json
+
+    from ..context import make_spec
+    from ..models.loading import chat_format, model_path, resolve_device
+
+    if cfg.rollout.engine != "hf":
+        return
+    try:
+        path = model_path(cfg)
+        model = json.loads((Path(path) / "config.json").read_text())
+    except (ConfigError, OSError, ValueError):
+        return                            # no local config to read: the loader reports it
+    model = model.get("text_config", model)
+    _, fmt = chat_format(cfg, path)
+    spec = make_spec(cfg)
+    longest, where = 0, None
+    for task in spec.tasks(split, n_tasks):
+        env = spec.make()
+        user = env.reset(task)            # first: reset sets the task's system prompt
+        n = len(fmt.prompt_ids(env.system_prompt, user))
+        if n > longest:
+            longest, where = n, task.task_id
+    m = cfg.rollout.max_tokens
+    if longest > m:
+        raise ConfigError(f"the {cfg.env.name} prompt of task {where} is {longest:,} tokens with "
+                          f"this model's tokenizer, above rollout.max_tokens={m:,}: a prompt is "
+                          f"fed whole; raise rollout.max_tokens or use a model whose tokenizer "
+                          f"is not byte-level")
+    available = available_memory() if available is None else available
+    if available is None:
+        return
+    cpu = resolve_device(cfg.model.device).type == "cpu"
+    kv, att = rollout_bytes(model, rows, m, longest, _DTYPE_BYTES[cfg.model.dtype], cpu)
+    if kv + att > available:
+        gib = lambda b: f"{b / 2**30:,.1f} GiB"  # noqa: E731
+        what = f"KV cache {gib(kv)}" + (f" + the CPU attention of a {longest:,}-token prompt "
+                                        f"{gib(att)}" if att else "")
+        raise ConfigError(f"the rollout would need about {gib(kv + att)} ({rows} rows in flight x "
+                          f"rollout.max_tokens={m:,}: {what}), above the {gib(available)} "
+                          f"available: " + ("fewer rows in flight (rollout.batch_size) or "
+                                            "shorter prompts (a tokenizer that is not byte-level)"
+                                            if att > kv else
+                                            "lower rollout.max_tokens or rollout.batch_size"))
