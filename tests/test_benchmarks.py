@@ -186,7 +186,8 @@ def test_experiments_exist_in_pairs():
     names = {p.stem for p in EXPERIMENTS}
     full = {n for n in names if not n.endswith("-cpu")}
     assert full == {"focus-math", "focus-deonticbench", "focus-browsecomp-plus", "focus-locbench",
-                    "mpo-search", "trace-browsecomp-plus", "grpo-tau2-retail"}
+                    "mpo-search", "trace-browsecomp-plus", "grpo-tau2-retail",
+                    "focus-deonticbench-lora"}
     assert {n + "-cpu" for n in full} == names - full
 
 

@@ -42,8 +42,10 @@ def _cache_name(model_cls: type) -> str:
 def cache_arg(model, cache) -> dict:
     """The KV cache as a forward keyword: `cache=` in recent transformers 5.x,
     `past_key_values=` in earlier 5.x releases (which silently ignore an unknown `cache=`: each
-    decode step would then see only its new token)."""
-    return {_cache_name(type(model)): cache}
+    decode step would then see only its new token). A PEFT-wrapped model passes the keyword
+    through to its base model, whose signature decides."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_name(type(base)): cache}
 
 
 def _sampling_probs(logits: torch.Tensor, params: SamplingParams):

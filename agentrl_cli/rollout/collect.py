@@ -35,12 +35,10 @@ def expert_format(cfg: RunConfig, spec):
     model). `tiny` is built for the built-in envs; on a real benchmark's env (BFCL, a qa
     benchmark: see benchmarks.yaml) or an env without a train split, `tiny` means a byte-level
     tokenizer with the tiny chat template (one token per byte)."""
-    from transformers import AutoTokenizer
-
     from ..errors import ConfigError
     from ..envs.benchmarks import real_benchmark_envs
     from ..models.chat import ChatFormat
-    from ..models.loading import model_path
+    from ..models.loading import chat_format, model_path
 
     if cfg.model.name == "tiny":
         bytes_only = cfg.env.name in real_benchmark_envs()
@@ -53,7 +51,7 @@ def expert_format(cfg: RunConfig, spec):
             from ..models.tiny import train_tokenizer
 
             return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0))
-    return ChatFormat.from_tokenizer(AutoTokenizer.from_pretrained(model_path(cfg)))
+    return chat_format(cfg, model_path(cfg))[1]     # model.chat_template and its checks apply
 
 
 def tree_rows(trees, episodes: list[Episode]) -> list[dict]:
