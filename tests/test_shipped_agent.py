@@ -81,3 +81,14 @@ def test_build_tiny_remakes_a_recipe_and_compares_it_with_the_shipped_build(tmp_
     (shipped / "micro" / "model.safetensors").write_bytes(bytes(data))
     info = rebuild(tiny_recipe(load_config(None, MICRO)), tmp_path / "third", log=lambda s: None)
     assert info["shipped"] == str(shipped / "micro") and info["identical"] is False
+
+
+def test_the_cache_folder_of_a_user_env_is_one_folder(tmp_path, monkeypatch):
+    from agentrl_cli.config import EnvConfig
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
+    recipe = tiny.TinyRecipe(env=EnvConfig(name="/home/me/envs/my env.py:make"))
+    path = tiny.cache_path(recipe)
+    assert path.parent == tmp_path and path.name == f"tiny-home_me_envs_my_env.py_make-{recipe.key()}"
+    # the built-ins keep their names (and their keys: cached builds stay valid)
+    assert tiny.cache_path(tiny.TinyRecipe()).name == "tiny-search-578b34eb2c2a"

@@ -125,6 +125,13 @@ def test_a_user_env_without_an_expert_refuses_model_tiny():
     assert "--model PATH" in res.output
 
 
+def test_an_expert_rollout_of_an_env_without_an_expert_is_one_line(model_dir, tmp_path):
+    res = runner.invoke(app, ["rollout", "--env", f"{EXAMPLE}:make", "--policy", "expert",
+                              "--model", model_dir, "--n", "2", "--out", str(tmp_path / "eps.jsonl")])
+    _one_line_error(res, "has no scripted expert")
+    assert "--policy model" in res.output and not (tmp_path / "eps.jsonl").exists()
+
+
 @pytest.mark.parametrize("method", ["grpo", "focus"])
 def test_training_steps_on_the_example_env(method, model_dir, tmp_path):
     out = tmp_path / method

@@ -47,6 +47,12 @@ def rollout_cmd(
         model = str(find(checkpoint, log=lambda s: Console(stderr=True).print(s, highlight=False)))
     cfg = load_config(config, set_, benchmark=benchmark, method=method, env=env, model=model,
                       engine=engine, seed=seed)
+    if policy == "expert":
+        from ..envs.base import has_expert, make_env_spec
+
+        if not has_expert(make_env_spec(cfg.env)):
+            raise ConfigError(f"env '{cfg.env.name}' has no scripted expert (spec.expert): "
+                              "--policy expert needs one; roll out a model with --policy model")
     _build_model(cfg, policy, split)
     tree = policy == "model" and method is not None and cfg.algo.controller == "focus"
     if policy == "model":                 # prompts within max_tokens, rows x context in memory

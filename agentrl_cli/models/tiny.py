@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -115,7 +116,9 @@ def shipped_path(recipe: TinyRecipe) -> Path | None:
 
 def cache_path(recipe: TinyRecipe) -> Path:
     """The cache folder a recipe's local build is published at (present once it is complete)."""
-    return cache_root() / f"tiny-{recipe.env.name}-{recipe.key()}"
+    # a user env's name is a spec such as `path/to/env.py:make`: one folder name, no separators
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", recipe.env.name).strip("._")[-40:] or "env"
+    return cache_root() / f"tiny-{name}-{recipe.key()}"
 
 
 def tiny_path(recipe: TinyRecipe) -> Path:
