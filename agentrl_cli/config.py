@@ -23,7 +23,7 @@ from .errors import ConfigError  # re-exported: `from agentrl_cli.config import 
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "tiny"
-    """`tiny` (built-in, built locally and cached), a local Hugging Face folder, or a hub id."""
+    """`tiny` (the built-in agent: shipped with the package for `search` and `search-long`, built once and cached for other envs), a local Hugging Face folder, or a hub id."""
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     attention: str = "sdpa"
