@@ -57,11 +57,11 @@ def verdict(diff: tuple[float, float, int] | None) -> str:
     return "ahead" if mean > se else "behind" if mean < -se else "level"
 
 
-def _ms(xs: list[float], scale: float = 1.0, digits: int = 3) -> str:
+def _ms(xs: list[float], scale: float = 1.0, digits: int = 3, sign: str = "") -> str:
     xs = [x * scale for x in xs]
     if len(xs) == 1:
-        return f"{xs[0]:.{digits}f}"
-    return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
+        return f"{xs[0]:{sign}.{digits}f}"
+    return f"{statistics.mean(xs):{sign}.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
 
 
 def table(runs: list[dict], reference: str) -> list[str]:
@@ -80,7 +80,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
         lines.append("| " + " | ".join([
             f"`{label}`", ",".join(str(r["seed"]) for r in rs),
             _ms([r["mean_checks"] for r in rs]),
-            _ms([r["final"] - r["base"] for r in rs], 100, 1),
+            _ms([r["final"] - r["base"] for r in rs], 100, 1, "+"),
             "reference" if label == reference else
             ("–" if diff is None else f"{100 * diff[0]:+.1f} ± {100 * diff[1]:.1f}"),
             "–" if label == reference else verdict(diff),

@@ -53,6 +53,6 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     assert mt.paired(by["a"][:1], by["grpo"]) is None and mt.verdict(None) == "–"
     lines = mt.table(runs, "grpo")
     row = next(x for x in lines if x.startswith("| `a`"))
-    assert "+10.0 ± 1.2" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
+    assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
     assert next(x for x in lines if x.startswith("| `c`")).split(" | ")[8] == "3.00 ± 0.00"
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
