@@ -59,7 +59,7 @@ def rollout_cmd(
         from ..train.setup import check_rollout_memory
         check_rollout_memory(cfg, 2 * cfg.rollout.batch_size if tree else min(n, cfg.rollout.batch_size),
                              split, n if tree else -(-n // (group_size or 1)))
-    trees = None
+    trees = budget = None
     # trees only when asked for by name: the default recipe (focus) must not turn a plain
     # `agentrl rollout` into tree search
     if policy == "model" and method is not None and cfg.algo.controller == "focus":
@@ -68,6 +68,12 @@ def rollout_cmd(
                                            log=lambda m: Console().print(m, highlight=False))
     else:
         eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size or 1)
+    _write(out, eps, trees)
+    _report(cfg, policy, out, eps, trees, budget)
+
+
+def _write(out: Path, eps, trees) -> None:
+    """The JSONL file, atomically: one episode per line, or one FOCUS tree per line."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w") as f:
@@ -80,6 +86,10 @@ def rollout_cmd(
             for e in eps:
                 f.write(json.dumps(e.to_json()) + "\n")
     tmp.replace(out)
+
+
+def _report(cfg, policy: str, out: Path, eps, trees, budget) -> None:
+    """The summary table (and where a tree's continuations went)."""
     what = f"{len(eps)} episodes in {len(trees)} trees" if trees is not None else f"{len(eps)} episodes"
     t = Table(title=f"{what} ({policy}) on {cfg.env.name}")
     for c in ("success", "reward", "turns", "tool calls", "generated tokens"):
