@@ -161,25 +161,15 @@ class Sweep:
 
 
 def measure_budget(cfg: RunConfig) -> int:
-    """Tokens one linear rollout step of `cfg` generates (step 1's tasks, the initial policy)."""
-    import torch
-
-    from .config import step_seed
+    """Tokens one linear rollout step of `cfg` generates (step 1's tasks, the initial policy):
+    `train.loop.linear_step_tokens`, what `rollout.budget_match` gives a run of `cfg`."""
     from .context import make_spec
-    from .engines import build_engine, sampling_params
-    from .rollout.runner import run_episodes
-    from .train.loop import TaskSampler
+    from .engines import build_engine
+    from .train.loop import linear_step_tokens
     from .train.tiny_build import load_policy
 
     model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
-    spec = make_spec(cfg)
-    engine = build_engine(cfg, model, fmt)
-    params = sampling_params(cfg)
-    tasks = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
-    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(cfg.rollout.group_size)]
-    eps = run_episodes(engine, fmt, spec, pairs, params, cfg.rollout.max_tokens,
-                       cfg.rollout.batch_size, torch.Generator().manual_seed(step_seed(cfg.seed, 1)))
-    return sum(e.generated_tokens for e in eps)
+    return linear_step_tokens(cfg, build_engine(cfg, model, fmt), fmt, make_spec(cfg))
 
 
 def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None],

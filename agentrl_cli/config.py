@@ -101,7 +101,7 @@ class RolloutConfig:
     budget_tokens: int = 0
     """Cap on generated tokens per step, extra continuations included (0: no cap)."""
     budget_match: bool = False
-    """With budget_tokens 0: cap each step at what a linear (GRPO) step of the base policy generates, tasks_per_step x group_size x the base held-out evaluation's tokens per question (the focus recipe sets it)."""
+    """With budget_tokens 0: cap each step at what a linear (GRPO) step of the base policy generates, measured at step 0 on step 1's tasks (tasks_per_step x group_size episodes; agentrl ablate measures the same) and kept on resume (the focus recipe sets it)."""
     workers: int = 0
     """Ray rollout workers, each with its own engine and envs (0: generate in the trainer process). May change on --resume."""
     ray_address: str = ""

@@ -363,19 +363,34 @@ def test_rollout_cli_trees_use_the_warm_critic_and_own_sample_counts(tmp_path, m
 
 def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
     """`rollout.budget_match` (the focus recipe's default): with no explicit budget, a step may
-    generate what a linear step of the base policy does, tasks x group x the base evaluation's
-    tokens per question; an explicit `rollout.budget_tokens` wins; other recipes have no cap."""
+    generate what a linear step of the base policy generated on step 1's tasks (measured at step
+    0); a run saved before that was recorded predicts it from the base check's tokens per
+    question; an explicit `rollout.budget_tokens` wins; other recipes have no cap."""
     from agentrl_cli.train.loop import step_budget
 
-    base = {"tokens_per_question": 38.5}
+    base = {"tokens_per_question": 38.5, "linear_step_tokens": 2663}
     focus = config.load(method="focus", sets=["rollout.tasks_per_step=8", "rollout.group_size=8"])
     assert focus.rollout.budget_match is True
-    assert step_budget(focus, base) == 2464
+    assert step_budget(focus, base) == 2663
+    assert step_budget(focus, {"tokens_per_question": 38.5}) == 2464
     pinned = config.load(method="focus", sets=["rollout.budget_tokens=1000"])
     assert step_budget(pinned, base) == 1000
     off = config.load(method="focus", sets=["rollout.budget_match=false"])
     assert step_budget(off, base) == 0
     assert step_budget(config.load(method="grpo"), base) == 0
+
+
+def test_budget_match_is_what_ablate_measures_for_a_grpo_step(tmp_path):
+    """The main command's matched budget and `agentrl ablate`'s are one computation: a focus
+    run's budget equals the tokens of the base policy's linear step on step 1's tasks."""
+    from agentrl_cli import ablate
+    from agentrl_cli.train.loop import train
+
+    sets = [*MICRO, "train.steps=1"]
+    cfg = config.load(method="focus", sets=sets)
+    summary = train(cfg, tmp_path / "run", log=lambda s: None)
+    assert summary["budget_tokens"] == ablate.measure_budget(config.load(method="grpo", sets=sets))
+    assert summary["budget_tokens"] > 0
 
 
 def test_focus_depths_counts_launched_continuations_per_depth(tmp_path):

@@ -44,7 +44,7 @@ from .tiny_build import load_policy
 
 __all__ = ["Learner", "Run", "TaskSampler", "build_learner", "evaluate_run", "finish",
            "initial_critic", "make_spec", "open_run", "run_step", "save", "score",
-           "step_budget", "step_seed", "train", "update"]
+           "step_budget", "step_seed", "train", "update", "linear_step_tokens"]
 
 
 class TaskSampler:
@@ -66,12 +66,29 @@ class TaskSampler:
 
 def step_budget(cfg: RunConfig, base: dict) -> int:
     """Generated-token cap per step: `rollout.budget_tokens`, else with `rollout.budget_match`
-    what a linear step of the base policy generates (tasks x group x the base evaluation's
-    tokens per question; fixed for the run, so a resumed run keeps it), else 0 (no cap)."""
+    what one linear (GRPO) step of the base policy generated on step 1's tasks
+    (`base["linear_step_tokens"]`, measured once at step 0 and kept in the checkpoints, so a
+    resumed run keeps it; a run saved before it was recorded predicts it as tasks x group x the
+    base check's tokens per question), else 0 (no cap)."""
     r = cfg.rollout
     if r.budget_tokens > 0 or not r.budget_match:
         return r.budget_tokens
+    if base.get("linear_step_tokens"):
+        return int(base["linear_step_tokens"])
     return max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"]))
+
+
+def linear_step_tokens(cfg: RunConfig, engine, fmt, spec) -> int:
+    """Tokens one linear rollout step of `cfg` generates with the engine's current (initial)
+    policy: step 1's tasks x `rollout.group_size`, sampled with step 1's seed. The matched
+    budget, wherever one is needed (`rollout.budget_match`, `agentrl ablate`)."""
+    from ..rollout.runner import run_episodes
+
+    tasks = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
+    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(cfg.rollout.group_size)]
+    eps = run_episodes(engine, fmt, spec, pairs, sampling_params(cfg), cfg.rollout.max_tokens,
+                       cfg.rollout.batch_size, torch.Generator().manual_seed(step_seed(cfg.seed, 1)))
+    return sum(e.generated_tokens for e in eps)
 
 
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
@@ -207,6 +224,9 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
             run.metrics.reset()
             run.metrics.write({"step": 0, **_eval_fields(run.base)})
         log(f"base held-out success {with_se(run.base['mean@1'], run.base.get('mean@1_se'))}")
+        if cfg.rollout.budget_match and cfg.rollout.budget_tokens <= 0:
+            run.base = {**run.base, "linear_step_tokens": comm.on_main(
+                linear_step_tokens, cfg, engine, fmt, spec)}
     run.budget = step_budget(cfg, run.base)
     if run.budget != cfg.rollout.budget_tokens:
         log(f"budget: {run.budget} generated tokens per step (a linear step of the base policy)")
@@ -360,6 +380,7 @@ def finish(run: Run, t_start: float) -> dict:
         "steps": cfg.train.steps, "wall_seconds": time.time() - t_start,
         "tokens_generated": run.tokens_total,
         "base_tokens_per_question": run.base["tokens_per_question"],
+        "budget_tokens": run.budget,          # the step cap in force (0: none)
         "final_tokens_per_question": run.last_eval["tokens_per_question"],
         "eval_tasks": len(run.eval_tasks), "eval_samples": cfg.train.eval_samples,
         "model_path": run.model_path,
