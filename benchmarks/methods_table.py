@@ -8,6 +8,7 @@ Columns: the mean of a run's held-out checks after step 0 (mean ± sample std ov
 final check minus the base (step 0), the paired difference of the mean of checks against the
 reference method on the same seeds (mean ± its standard error, std / sqrt(seeds)) and the
 verdict it gives (ahead / behind when the difference exceeds its standard error, else level),
+the same paired difference at the last check,
 generated tokens per training step, generated tokens per held-out question at the last check,
 seconds per training step (the step's own time, checks excluded) and the mean standard error
 of one check (task-clustered, when the run logged it).
@@ -41,10 +42,11 @@ def load_run(run: Path) -> dict | None:
             if all("eval/success_se" in r for r in checks.values()) else None}
 
 
-def paired(runs: list[dict], ref: list[dict]) -> tuple[float, float, int] | None:
-    """(mean, standard error, seeds) of mean-of-checks differences on the seeds both share."""
-    theirs = {r["seed"]: r["mean_checks"] for r in ref}
-    d = [r["mean_checks"] - theirs[r["seed"]] for r in runs if r["seed"] in theirs]
+def paired(runs: list[dict], ref: list[dict], key: str = "mean_checks") -> tuple[float, float, int] | None:
+    """(mean, standard error, seeds) of the differences in `key` (default the mean of checks)
+    on the seeds both share."""
+    theirs = {r["seed"]: r[key] for r in ref}
+    d = [r[key] - theirs[r["seed"]] for r in runs if r["seed"] in theirs]
     if len(d) < 2:
         return None
     return statistics.mean(d), statistics.stdev(d) / len(d) ** 0.5, len(d)
@@ -69,13 +71,15 @@ def table(runs: list[dict], reference: str) -> list[str]:
     for r in runs:
         by[r["label"]].append(r)
     head = ["method", "seeds", "mean of checks", "final - base (points)",
-            f"vs {reference} (points, paired)", "verdict", "gen. tokens / step",
+            f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
+            "gen. tokens / step",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
     for label in order:
         rs = sorted(by[label], key=lambda r: r["seed"])
         diff = None if label == reference or reference not in by else paired(rs, by[reference])
+        last = None if label == reference or reference not in by else paired(rs, by[reference], "final")
         ses = [r["se"] for r in rs if r["se"] is not None]
         lines.append("| " + " | ".join([
             f"`{label}`", ",".join(str(r["seed"]) for r in rs),
@@ -84,6 +88,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
             "reference" if label == reference else
             ("–" if diff is None else f"{100 * diff[0]:+.1f} ± {100 * diff[1]:.1f}"),
             "–" if label == reference else verdict(diff),
+            "–" if last is None else f"{100 * last[0]:+.1f} ± {100 * last[1]:.1f}",
             _ms([r["tokens_per_step"] for r in rs], digits=0),
             _ms([r["tpq"] for r in rs], digits=1),
             _ms([r["s_per_step"] for r in rs], digits=2),

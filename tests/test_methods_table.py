@@ -54,5 +54,6 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     lines = mt.table(runs, "grpo")
     row = next(x for x in lines if x.startswith("| `a`"))
     assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
-    assert next(x for x in lines if x.startswith("| `c`")).split(" | ")[8] == "3.00 ± 0.00"
+    assert next(x for x in lines if x.startswith("| `c`")).split(" | ")[9] == "3.00 ± 0.00"
+    assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
