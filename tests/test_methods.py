@@ -353,6 +353,25 @@ def test_dynamic_sampling_drops_and_refills(micro_policy):
     assert res2.extras["dynamic_sampling"]["dynamic/rounds"] == 2
 
 
+def test_dynamic_sampling_refills_only_what_the_budget_affords(micro_policy):
+    """Under a budget a refill round launches only the groups whose expected cost (the step's
+    mean tokens per episode so far x group size) fits in what is left: no refill when the first
+    round spent nearly all of it, one group when one fits."""
+    spec = _OneShotSpec(mixed={3, 5, 6})
+    tasks = spec.tasks("train")[:2]
+    first = CONTROLLERS.get("linear")(_ctx(micro_policy, _OneShotSpec(mixed=set()),
+                                           dynamic_sampling=False), tasks)
+    spent = sum(e.generated_tokens for e in first.episodes)
+    per_group = spent / len(first.episodes) * 2
+    tight = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=spent + int(per_group) - 1,
+                                           dynamic_sampling=True, dynamic_rounds=4), tasks)
+    assert tight.extras["dynamic_sampling"]["dynamic/rounds"] == 0 and spec.made == 4
+    spec = _OneShotSpec(mixed={3, 5, 6})
+    one = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=spent + int(per_group) + 1,
+                                         dynamic_sampling=True, dynamic_rounds=1), tasks)
+    assert one.extras["dynamic_sampling"]["dynamic/rounds"] == 1 and spec.made == 6
+
+
 def test_linear_budget_stops_launching_waves(micro_policy):
     spec = _OneShotSpec(mixed=set())
     tasks = spec.tasks("train")[:6]

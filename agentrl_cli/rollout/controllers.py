@@ -139,13 +139,16 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
     Groups whose (shaped) rewards are all equal are dropped; each refill round samples as many
     new training tasks (uniformly, with `ctx.generator`, never a task already used this step)
     as groups are missing, for at most `algo.dynamic_rounds` rounds or until the budget is
-    spent. The kept groups (at most `len(tasks)`) are renumbered 0..n-1. If no group at all is
+    spent; under a budget a round launches only as many groups as fit in what is left at the
+    step's mean cost per episode so far, so refills never overshoot it by more than that
+    estimate's error. The kept groups (at most `len(tasks)`) are renumbered 0..n-1. If no group at all is
     informative, the first round's groups are returned unchanged (the batch is then a no-op for
     outcome advantages, but the trainer still gets its step). Tokens of dropped groups count as
     `extra_tokens` (generated, not trained on).
     """
     target = len(tasks)
     spent = sum(e.generated_tokens for e in first)
+    generated = len(first)                # episodes so far: the refills' cost estimate
     kept = [g for g in _groups(first).values() if is_informative(g)][:target]
     used = {t.task_id for t in tasks}
     pool = ctx.spec.tasks("train")
@@ -154,15 +157,22 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
     while len(kept) < target and rounds < ctx.algo.dynamic_rounds:
         if ctx.budget_tokens > 0 and spent >= ctx.budget_tokens:
             break
+        want = target - len(kept)
+        if ctx.budget_tokens > 0:     # refill only the groups whose expected cost fits
+            per_group = spent / max(1, generated) * ctx.group_size
+            want = min(want, int((ctx.budget_tokens - spent) // max(per_group, 1.0)))
+            if want <= 0:
+                break
         rounds += 1
         order = torch.randperm(len(pool), generator=ctx.generator).tolist()
-        fresh = [pool[i] for i in order if pool[i].task_id not in used][:target - len(kept)]
+        fresh = [pool[i] for i in order if pool[i].task_id not in used][:want]
         if not fresh:
             break
         used |= {t.task_id for t in fresh}
         eps = run_groups(ctx, fresh, first_group=next_group, spent=spent)
         next_group += len(fresh)
         spent += sum(e.generated_tokens for e in eps)
+        generated += len(eps)
         kept += [g for g in _groups(eps).values() if is_informative(g)][:target - len(kept)]
     if not kept:
         kept = list(_groups(first).values())
