@@ -359,3 +359,28 @@ def test_rows_in_flight_times_the_context_must_fit_in_memory(tmp_path, monkeypat
     kv, att = setup.rollout_bytes({"num_hidden_layers": 2, "num_attention_heads": 4,
                                    "num_key_value_heads": 2, "head_dim": 32}, 3, 768, 100, 4, True)
     assert kv == 3 * 768 * 2 * 2 * 2 * 32 * 4 and att == 3 * 5 * 100 * 100 * 4
+
+
+def test_train_and_eval_check_prompts_and_rollout_memory_before_any_work(tmp_path):
+    """The rollout bounds of `agentrl rollout` hold for `train` and `eval` too: a prompt above
+    rollout.max_tokens is one line, exit 2, before any run folder is written."""
+    from typer.testing import CliRunner
+
+    from agentrl_cli.cli.main import app
+    from conftest import MICRO
+
+    runner = CliRunner()
+    # the default config: the shipped agent, whose tokenizer the check reads before any work
+    sets = ["--set", "rollout.max_tokens=24", "--set", "rollout.max_new_tokens=8"]
+    res = runner.invoke(app, ["train", "--method", "grpo", "--out", str(tmp_path / "run"), *sets])
+    assert res.exit_code == 2, res.output
+    assert "rollout.max_tokens" in res.output and len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+    res = runner.invoke(app, ["eval", *sets])
+    assert res.exit_code == 2 and "rollout.max_tokens" in res.output, res.output
+    # a tiny model built by the run itself is checked once it exists, still before any step
+    micro = [a for s in [*MICRO, "rollout.max_tokens=24", "rollout.max_new_tokens=8"]
+             for a in ("--set", s)]
+    res = runner.invoke(app, ["train", "--method", "grpo", "--out", str(tmp_path / "r2"), *micro])
+    assert res.exit_code == 2 and "rollout.max_tokens" in res.output, res.output
+    assert not (tmp_path / "r2" / "metrics.jsonl").exists()

@@ -85,6 +85,8 @@ def eval_cmd(
     console.print(f"evaluating {label} on {cfg.env.name}: {tasks} held-out tasks x {n} samples"
                   + (f" = {same}" if same else ""), highlight=False)
     ensure_model(cfg)                     # `tiny`: built once, before the bar
+    from ..train.setup import check_rollout_memory
+    check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", tasks)   # prompts, rows x context
     with _Progress(console, tasks * n) as bar:
         res = run_eval(cfg, n=n, k_max=pass_k, n_tasks=tasks, greedy=greedy, seed=sample_seed,
                        progress=bar.update)

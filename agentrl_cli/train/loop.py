@@ -40,6 +40,7 @@ from .distributed import Local, from_env
 from .learner import Learner, build_learner, initial_critic, score, update
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
+from .setup import check_run_memory
 from .tiny_build import load_policy
 
 __all__ = ["Learner", "Run", "TaskSampler", "build_learner", "evaluate_run", "finish",
@@ -100,6 +101,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     the checkpoint to resume from have passed their checks, before any model is loaded."""
     t_start = time.time()
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
+    if not resume:                        # prompts and rows in flight fit, before any work
+        check_run_memory(cfg)
     if cfg.algo.controller in FORKING_CONTROLLERS:   # a user env that cannot fork: before loading
         require_fork(cfg.env, f"method {cfg.method}")
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
@@ -195,6 +198,8 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
         ready()
     torch.manual_seed(cfg.seed)
     model, tok, fmt, model_path = comm.first(lambda: load_policy(cfg, log))
+    if not resume:                        # again now that a `tiny` build exists to read
+        check_run_memory(cfg)
     spec = make_spec(cfg)
     engine = build_engine(cfg, model, fmt)
     learner = build_learner(cfg, model, comm, model_path, log)

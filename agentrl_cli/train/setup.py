@@ -193,3 +193,12 @@ def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks
                                             "shorter prompts (a tokenizer that is not byte-level)"
                                             if att > kv else
                                             "lower rollout.max_tokens or rollout.batch_size"))
+
+
+def check_run_memory(cfg: RunConfig) -> None:
+    """`check_rollout_memory` for a training run: its training prompts at the rows a step keeps
+    in flight (twice `rollout.batch_size` for FOCUS's trees, whose parked rows stay in the
+    cache), and its held-out check's prompts."""
+    rows = cfg.rollout.batch_size * (2 if cfg.algo.controller == "focus" else 1)
+    check_rollout_memory(cfg, rows, "train")
+    check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", cfg.train.eval_tasks)
