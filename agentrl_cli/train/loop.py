@@ -101,8 +101,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     the checkpoint to resume from have passed their checks, before any model is loaded."""
     t_start = time.time()
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
-    if not resume:                        # prompts and rows in flight fit, before any work
-        check_run_memory(cfg)
+    # prompts and rows in flight fit, before any work (a `tiny` not built yet: once it is)
+    unchecked = not resume and not check_run_memory(cfg)
     if cfg.algo.controller in FORKING_CONTROLLERS:   # a user env that cannot fork: before loading
         require_fork(cfg.env, f"method {cfg.method}")
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
@@ -112,7 +112,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     # the run folder first (lock, no silent overwrite, leftovers removed), before any work
     folder = RunFolder.open(out, resume=bool(resume), overwrite=overwrite, log=log) if comm.is_main else None
     try:
-        return _train(cfg, out, resume, log, progress, comm, t_start, ready)
+        return _train(cfg, out, resume, log, progress, comm, t_start, ready, unchecked)
     finally:
         if folder is not None:
             folder.close()
@@ -164,8 +164,8 @@ class Run:
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
-           ready) -> dict:
-    run = open_run(cfg, out, resume, log, comm, ready)
+           ready, unchecked: bool = False) -> dict:
+    run = open_run(cfg, out, resume, log, comm, ready, unchecked)
     if progress:
         progress.start(cfg.train.steps, run.start_step)
     for step in range(run.start_step + 1, cfg.train.steps + 1):
@@ -186,9 +186,12 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
     return finish(run, t_start)
 
 
-def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready) -> Run:
+def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready,
+             unchecked: bool = False) -> Run:
     """Models, engine, rollouts, envs and logs of a run, from its checkpoint when resuming
-    (else with the base held-out check as step 0); the step budget fixed for the run."""
+    (else with the base held-out check as step 0); the step budget fixed for the run.
+    `unchecked`: the memory check before the run folder could not read the model (a `tiny`
+    not built yet), so it runs once the model is loaded."""
     found = _resume_state(cfg, resume, log) if resume and comm.is_main else None
     if resume:                            # the other ranks load the checkpoint rank 0 chose
         where = comm.on_main(lambda: str(found[0]) if found else "")
@@ -198,7 +201,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
         ready()
     torch.manual_seed(cfg.seed)
     model, tok, fmt, model_path = comm.first(lambda: load_policy(cfg, log))
-    if not resume:                        # again now that a `tiny` build exists to read
+    if unchecked:                         # the `tiny` build now exists to read
         check_run_memory(cfg)
     spec = make_spec(cfg)
     engine = build_engine(cfg, model, fmt)

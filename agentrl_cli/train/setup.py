@@ -142,26 +142,27 @@ def rollout_bytes(model: dict, rows: int, context: int, prefill: int, dtype_byte
 
 
 def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks: int | None = None,
-                         available: int | None = None) -> None:
+                         available: int | None = None) -> bool:
     """Before the model loads: (1) every prompt the rollout will feed (system prompt + first
     user message of each of its tasks) fits in `rollout.max_tokens`, since a prompt is fed
     whole (a BFCL prompt with the task's function docs is tens of thousands of tokens with a
     byte-level tokenizer); (2) `rows` rows in flight x `rollout.max_tokens` (the KV cache) plus,
     on the CPU, one prefill of the longest prompt (`rollout_bytes`) fit in the available
     memory. Else one ConfigError line naming the key to lower. The hf engine only (vLLM takes
-    `rollout.vllm_gpu_memory` of the GPU and pages its cache)."""
+    `rollout.vllm_gpu_memory` of the GPU and pages its cache). Returns whether the prompts were
+    checked (False: not the hf engine, or no local model folder to read yet)."""
     import json
 
     from ..context import make_spec
     from ..models.loading import chat_format, model_path, resolve_device
 
     if cfg.rollout.engine != "hf":
-        return
+        return False
     try:
         path = model_path(cfg)
         model = json.loads((Path(path) / "config.json").read_text())
     except (ConfigError, OSError, ValueError):
-        return                            # no local config to read: the loader reports it
+        return False                      # no local config to read: the loader reports it
     model = model.get("text_config", model)
     _, fmt = chat_format(cfg, path)
     spec = make_spec(cfg)
@@ -180,7 +181,7 @@ def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks
                           f"is not byte-level")
     available = available_memory() if available is None else available
     if available is None:
-        return
+        return True
     cpu = resolve_device(cfg.model.device).type == "cpu"
     kv, att = rollout_bytes(model, rows, m, longest, _DTYPE_BYTES[cfg.model.dtype], cpu)
     if kv + att > available:
@@ -195,10 +196,10 @@ def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks
                                             "lower rollout.max_tokens or rollout.batch_size"))
 
 
-def check_run_memory(cfg: RunConfig) -> None:
+def check_run_memory(cfg: RunConfig) -> bool:
     """`check_rollout_memory` for a training run: its training prompts at the rows a step keeps
     in flight (twice `rollout.batch_size` for FOCUS's trees, whose parked rows stay in the
-    cache), and its held-out check's prompts."""
+    cache), and its held-out check's prompts. Returns whether they were checked."""
     rows = cfg.rollout.batch_size * (2 if cfg.algo.controller == "focus" else 1)
-    check_rollout_memory(cfg, rows, "train")
-    check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", cfg.train.eval_tasks)
+    checked = check_rollout_memory(cfg, rows, "train")
+    return check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", cfg.train.eval_tasks) and checked
