@@ -91,3 +91,24 @@ def random_batch(lengths, vocab, seed=0):
     return Batch(input_ids=ids, attention_mask=attn, response_mask=resp,
                  engine_logprobs=torch.zeros(B, L), turn_index=turn, segment_index=turn.clone(),
                  rewards=torch.rand(B, generator=g), group_index=torch.arange(B) // 2)
+
+
+def train_until_interrupted(monkeypatch, cfg, out, step: int = 2) -> None:
+    """Train `cfg` into `out` and stop it right after its checkpoint of `step` is saved (as an
+    interruption there would), for exact-resume tests."""
+    import pytest
+
+    from agentrl_cli.train import checkpoint, loop
+
+    real_save = checkpoint.save
+
+    def save_then_stop(out_, step_, *a, **k):
+        path = real_save(out_, step_, *a, **k)
+        if step_ == step:
+            raise KeyboardInterrupt
+        return path
+
+    monkeypatch.setattr(checkpoint, "save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(cfg, out, log=lambda s: None)
+    monkeypatch.setattr(checkpoint, "save", real_save)

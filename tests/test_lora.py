@@ -20,7 +20,7 @@ from agentrl_cli.models.sequences import token_logprobs
 from agentrl_cli.train import checkpoint, loop
 from agentrl_cli.train.learner import build_learner, score, update
 from agentrl_cli.train.tiny_build import load_policy
-from conftest import MICRO, random_batch
+from conftest import MICRO, random_batch, train_until_interrupted
 
 LORA = ["model.lora_rank=4", "model.lora_alpha=8"]
 VOLATILE = ("time/", "tokens/s")
@@ -83,18 +83,7 @@ def test_resume_reproduces_an_uninterrupted_lora_run_and_eval_loads_it(tmp_path,
     cfg = config.load(method="ppo", sets=sets)
     full, part = tmp_path / "full", tmp_path / "part"
     loop.train(cfg, full, log=lambda s: None)
-    real_save = checkpoint.save
-
-    def save_then_stop(out, step, *a, **k):
-        path = real_save(out, step, *a, **k)
-        if step == 2:
-            raise KeyboardInterrupt
-        return path
-
-    monkeypatch.setattr(checkpoint, "save", save_then_stop)
-    with pytest.raises(KeyboardInterrupt):
-        loop.train(cfg, part, log=lambda s: None)
-    monkeypatch.setattr(checkpoint, "save", real_save)
+    train_until_interrupted(monkeypatch, cfg, part, step=2)
     loop.train(cfg, part, resume=str(part), log=lambda s: None)
 
     def rows(out):

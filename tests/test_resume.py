@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from agentrl_cli import config
 from agentrl_cli.train import checkpoint, loop
-from conftest import MICRO
+from conftest import MICRO, train_until_interrupted
 
 SETS = MICRO + ["train.steps=3", "train.save_every=1", "train.eval_every=2",
                 "rollout.max_new_tokens=6"]
@@ -31,18 +31,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extr
     loop.train(cfg, full, log=lambda s: None)
 
     part = tmp_path / "part"
-    real_save = checkpoint.save
-
-    def save_then_stop(out, step, *a, **k):
-        path = real_save(out, step, *a, **k)
-        if step == 2:
-            raise KeyboardInterrupt
-        return path
-
-    monkeypatch.setattr(checkpoint, "save", save_then_stop)
-    with pytest.raises(KeyboardInterrupt):
-        loop.train(cfg, part, log=lambda s: None)
-    monkeypatch.setattr(checkpoint, "save", real_save)
+    train_until_interrupted(monkeypatch, cfg, part, step=2)
     # a crashed run may have logged past its checkpoint; resume must drop that
     with (part / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 3, "bogus": 1}) + "\n")
