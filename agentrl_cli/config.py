@@ -224,6 +224,8 @@ class TrainConfig:
     """train.old_logprobs=engine: the largest mean |engine - trainer| log-prob gap over a micro-batch's policy tokens at which the engine's log-probs are the old ones."""
     pack: bool = False
     """Packed forward passes: a micro-batch's episodes run as one row without padding (position ids restart per episode, attention stays within each episode), train.max_tokens_per_microbatch then counts real tokens; false: right-padded rows of similar length. Needs sdpa or sink_sdpa attention without activation checkpointing (otherwise, and for episodes with context resets, the padded pass runs)."""
+    tree_pack: bool = True
+    """Tree-packed forward passes: the episodes of a micro-batch that share a prefix (a FOCUS tree's paths, which copy their source path up to the node; a GRPO group's prompt) run as one row in which each shared token appears once, under a tree attention mask (a token attends to its own path's earlier tokens, at its path's positions), so a prefix is forwarded once, not once per episode; the log-probs, values and gradients are the per-episode ones. train.max_tokens_per_microbatch then counts distinct tokens. Needs sdpa, eager or sink_sdpa attention without sliding-window layers (otherwise, and for episodes with context resets, train.pack decides). false: each episode forwards its own copy."""
     eval_every: int = 10
     """Evaluate on held-out tasks every N steps (0: only at the start and the end). May change on --resume."""
     eval_tasks: int = 60
@@ -232,6 +234,8 @@ class TrainConfig:
     """Samples per held-out task in training-time evaluations."""
     save_every: int = 10
     """Checkpoint every N steps (0: only at the end). May change on --resume."""
+    trace_every: int = 10
+    """Keep a sample of the step's episodes and FOCUS trees every N steps, at step 1 and at the last step, in <run>/traces/step-NNNNNN.json, for `agentrl view` (at most 300 KB a step: the first 4 trees and up to 12 of their episodes, every token with its response mask and advantage; docs/traces.md); 0: off. May change on --resume."""
     log: str = ""
     """Metric sinks besides metrics.jsonl, comma-separated: tensorboard (<run>/tensorboard/, needs the `tensorboard` extra) | wandb (mode from WANDB_MODE, e.g. offline); empty: none. May change on --resume."""
 
@@ -285,7 +289,7 @@ _POSITIVE = {
     "algo.overlong_cache", "env.n_train", "env.n_eval",
 }
 _NON_NEGATIVE = {
-    "train.steps", "train.eval_every", "train.save_every", "train.grad_clip", "train.weight_decay",
+    "train.steps", "train.eval_every", "train.save_every", "train.trace_every", "train.grad_clip", "train.weight_decay",
     "rollout.budget_tokens", "rollout.temperature", "algo.kl_coef", "algo.eps_low", "algo.eps_high",
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps", "algo.agg_norm",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
@@ -808,8 +812,8 @@ def describe() -> list[tuple[str, str, str]]:
 # rollouts go): none of them changes what the run computes. Any other key, and the options
 # --method/--env/--seed/--config/--model/--benchmark/--engine, would make the resumed run a
 # different run, so a resume refuses them (`resume_changes`).
-RESUME_KEYS = ("train.steps", "train.eval_every", "train.save_every", "train.log",
-               "rollout.workers", "rollout.ray_address")
+RESUME_KEYS = ("train.steps", "train.eval_every", "train.save_every", "train.trace_every",
+               "train.log", "rollout.workers", "rollout.ray_address")
 
 
 def resume_changes(saved: RunConfig, resumed: RunConfig) -> dict[str, list]:

@@ -98,7 +98,7 @@ def test_packed_update_equals_padded_update(micro_policy, method):
     """Same batch, same weights: `train.pack=true` gives the padded update's loss, statistics
     and gradients (several packed micro-batches, token-mean / seq-mean aggregation unchanged)."""
     common = MICRO + ["train.grad_clip=0", "rollout.temperature=0.8", "train.logprob_chunk=16",
-                      "train.max_tokens_per_microbatch=150"]
+                      "train.max_tokens_per_microbatch=150", "train.tree_pack=false"]
     out = []
     batch0 = None
     for pack in (False, True):

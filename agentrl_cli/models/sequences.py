@@ -308,3 +308,103 @@ def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, tempera
 def token_logprobs(model, ids, attn, temperature: float = 1.0, chunk: int = 512) -> torch.Tensor:
     """[B, L-1] next-token log-probs of a right-padded batch."""
     return logprobs_from_hidden(model, hidden_states(model, ids, attn), ids, temperature, chunk)
+
+
+# ------------------------------------------------------------------------------ tree packing
+TREE_ATTENTION = ("sdpa", "eager", "sink_fused")   # take a dense [1, 1, T, T] mask as given
+
+
+def tree_pack_rows(ids: torch.Tensor, attn: torch.Tensor):
+    """The rows of a right-padded batch as one prefix tree: every token shared by several rows'
+    prefixes (a FOCUS tree's paths, a GRPO group's prompt) appears once.
+
+    -> (flat [T] ids of the distinct tokens, pos [T] position of each in its path, parent [T]
+    flat index of the token before it (-1 for a row's first token), index [B, L] flat index of
+    every real token of every row (-1 on padding)). A row shares with the earlier row that has
+    the longest common prefix with it; its tokens after that prefix are new. Flat order is
+    row by row, so a token's ancestors always come before it."""
+    B, L = ids.shape
+    lengths = attn.sum(1).tolist()
+    index = torch.full((B, L), -1, dtype=torch.long)
+    flat_parts, used = [], 0
+    for i, n in enumerate(lengths):
+        n = int(n)
+        share, src = 0, -1
+        if i:                                  # longest common prefix with any earlier row
+            same = (ids[:i, :n] == ids[i, :n]) & attn[:i, :n].bool()
+            lcp = same.long().cumprod(1).sum(1)
+            share = int(lcp.max())
+            src = int(lcp.argmax())
+        if share:
+            index[i, :share] = index[src, :share]
+        index[i, share:n] = torch.arange(used, used + n - share)
+        flat_parts.append(ids[i, share:n])
+        used += n - share
+    flat = torch.cat(flat_parts) if flat_parts else ids.new_zeros(0)
+    pos = torch.empty(used, dtype=torch.long)
+    parent = torch.full((used,), -1, dtype=torch.long)
+    real = index >= 0
+    cols = torch.arange(L).expand(B, L)
+    pos[index[real]] = cols[real]
+    prev = torch.full_like(index, -1)
+    prev[:, 1:] = index[:, :-1]
+    parent[index[real]] = prev[real]
+    return flat, pos, parent, index
+
+
+def tree_mask(index: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """[T, T] bool attention mask of a packed prefix tree (`tree_pack_rows`' index, the rows'
+    lengths): token q attends to token k iff k is q or one of q's ancestors, i.e. k comes
+    before q in some row through q."""
+    T = int(index.max()) + 1 if index.numel() else 0
+    mask = torch.zeros(T, T, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        n = int(n)
+        idx = index[i, :n]
+        tri = torch.ones(n, n, dtype=torch.bool).tril()
+        mask[idx[:, None], idx[None, :]] |= tri
+    return mask
+
+
+def tree_packable(model) -> bool:
+    """Whether `tree_hidden_states` runs for this model: an attention implementation that takes
+    a dense mask as given, and no sliding-window layers (a dense mask would replace their
+    window)."""
+    cfg = backbone(model).config
+    impl = getattr(cfg, "_attn_implementation", None)
+    return impl in TREE_ATTENTION and not getattr(cfg, "sliding_window", None)
+
+
+def tree_hidden_states(model, flat: torch.Tensor, pos: torch.Tensor,
+                       mask: torch.Tensor) -> torch.Tensor:
+    """Last hidden states [T, H] of a packed prefix tree (`tree_pack_rows`, `tree_mask`):
+    each token attends to its own path's earlier tokens only, at its path's positions, so its
+    hidden state is the one every row through it would compute."""
+    impl = getattr(backbone(model).config, "_attn_implementation", "sdpa")
+    m = mask[None, None]
+    if impl == "eager":
+        dtype = next(model.parameters()).dtype
+        m = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(
+            ~m, torch.finfo(dtype).min)
+    out = backbone(model)(input_ids=flat[None], attention_mask=m, position_ids=pos[None],
+                          use_cache=False)
+    return out.last_hidden_state[0]
+
+
+def tree_next_logprobs(model, hidden: torch.Tensor, flat: torch.Tensor, parent: torch.Tensor,
+                       temperature: float, chunk: int, where: torch.Tensor) -> torch.Tensor:
+    """[T] log p(token | its ancestors) for the tree's tokens with `where` (bool [T]) and a
+    parent, from the parent's hidden state (`hidden` [T, H]); 0 elsewhere."""
+    need = (where & (parent >= 0)).nonzero().squeeze(1)
+    out = torch.zeros(flat.shape[0], dtype=torch.float32, device=hidden.device)
+    if need.numel() == 0:
+        return out + hidden.sum() * 0.0         # keeps the graph for a backward with no tokens
+    h = hidden.index_select(0, parent[need])
+    targets = flat[need]
+    head = model.get_output_embeddings()
+    if chunk and isinstance(head, torch.nn.Linear):
+        lp = _HeadLogprobs.apply(h, head.weight, head.bias, targets, float(temperature),
+                                 max(1, int(chunk)))
+    else:
+        lp = _piece_logprobs(head, h, targets, temperature)
+    return out.index_copy(0, need, lp.float())

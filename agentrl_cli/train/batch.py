@@ -13,7 +13,9 @@ import torch
 from ..context.windows import window_index
 from ..models.critic import critic_hidden, is_separate
 from ..models.sequences import (can_pack, hidden_states, logprobs_from_hidden, pack_rows,
-                                packed_hidden_states, pad_episodes, pad_field, unpack_next)
+                                packed_hidden_states, pad_episodes, pad_field, tree_hidden_states,
+                                tree_mask, tree_next_logprobs, tree_pack_rows, tree_packable,
+                                unpack_next)
 from ..types import Episode
 
 
@@ -76,17 +78,21 @@ def collate(episodes: list[Episode], pad_id: int) -> Batch:
     )
 
 
-def microbatches(batch: Batch, max_tokens: int, packed: bool = False) -> list[list[int]]:
+def microbatches(batch: Batch, max_tokens: int, packed: bool | str = False) -> list[list[int]]:
     """Pack rows into micro-batches whose padded size (rows x longest) stays within `max_tokens`,
     or with `packed` whose real tokens (the sum of the rows' lengths: a packed forward, see
-    `forward`) do.
+    `forward`) do, or with `packed="tree"` whose distinct tokens (a prefix shared by several
+    rows counted once: a tree-packed forward) do.
 
     Rows are packed longest first, so episodes of similar length share a micro-batch and little
-    padding is computed; a row longer than the budget gets a micro-batch of its own. Gradients
-    accumulated over the micro-batches, each weighted by its share of tokens (or sequences), equal
-    one pass over the whole batch.
+    padding is computed; a row longer than the budget gets a micro-batch of its own. For trees,
+    rows go group by group (a group's rows share their prefixes). Gradients accumulated over the
+    micro-batches, each weighted by its share of tokens (or sequences), equal one pass over the
+    whole batch.
     """
     lengths = batch.attention_mask.sum(1).tolist()
+    if packed == "tree":
+        return _tree_microbatches(batch, lengths, max_tokens)
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep row order
     groups: list[list[int]] = []
     cur: list[int] = []
@@ -106,6 +112,31 @@ def microbatches(batch: Batch, max_tokens: int, packed: bool = False) -> list[li
     return groups
 
 
+def _tree_microbatches(batch: Batch, lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Micro-batches by distinct tokens: a row adds its tokens after the longest prefix it
+    shares with a row already in the micro-batch."""
+    ids, attn = batch.input_ids, batch.attention_mask.bool()
+    order = sorted(range(len(lengths)),
+                   key=lambda i: (int(batch.group_index[i]), -lengths[i]))
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    used = 0
+    for i in order:
+        n = int(lengths[i])
+        share = 0
+        if cur:
+            same = (ids[cur, :n] == ids[i, :n]) & attn[cur, :n]
+            share = int(same.long().cumprod(1).sum(1).max())
+        if cur and used + n - share > max_tokens:
+            groups.append(cur)
+            cur, used, share = [], 0, 0
+        cur.append(i)
+        used += n - share
+    if cur:
+        groups.append(cur)
+    return groups
+
+
 def trim(batch: Batch) -> Batch:
     """Drop the all-padding tail columns of a micro-batch."""
     L = int(batch.attention_mask.sum(1).max())
@@ -116,14 +147,16 @@ def trim(batch: Batch) -> Batch:
     return Batch(**kw)
 
 
-def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512, pack: bool = False,
-            logprobs: bool = True):
+def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512,
+            pack: bool | str = False, logprobs: bool = True):
     """-> (logprobs [b, L] or None, values [b, L] or None) aligned with input_ids (position 0 = 0).
 
     `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence).
     `pack`: run the micro-batch packed into one row without padding (`models.sequences`), when
     the models allow it (`can_pack`) and no episode's context was reset; the outputs are the
-    padded forward's (0 on padding) in the same [b, L] layout.
+    padded forward's (0 on padding) in the same [b, L] layout. `pack="tree"`: one row holding
+    each distinct prefix once, under a tree attention mask (`tree_pack_rows`), when the models
+    allow it (`tree_packable`) and no context was reset; else the packed or padded pass.
     `logprobs=False`: values only (no LM head; with a separate critic, no policy forward).
     Log-probs are computed for policy tokens only (`mb.response_mask`, all a loss, a KL term or
     a scoring pass reads) and are 0 elsewhere: the LM head runs on about a tenth of an agent
@@ -133,6 +166,8 @@ def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512, pack
     ids = mb.input_ids.to(dev)
     policy = mb.response_mask.to(dev) > 0
     window = mb.window_index.to(dev) if mb.window_index is not None else None
+    if pack == "tree" and _tree_packable(model, critic, window):
+        return _tree_forward(model, critic, mb, dev, policy, temperature, chunk, logprobs)
     if pack and _packable(model, critic, window):
         return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), policy, temperature,
                                chunk, logprobs)
@@ -171,4 +206,38 @@ def _packed_forward(model, critic, ids, attn, policy, temperature: float, chunk:
     if critic is not None:
         hv = packed_hidden_states(critic.model, flat, pos, bounds) if separate else h
         values = unpack_next(critic(hv[0, :-1].float()).squeeze(-1), attn, bounds)
+    return lp, values
+
+
+def _tree_packable(model, critic, window) -> bool:
+    if window is not None and bool((window > 0).any()):
+        return False
+    return tree_packable(model) and (not is_separate(critic) or tree_packable(critic.model))
+
+
+def _tree_forward(model, critic, mb: Batch, dev, policy, temperature: float, chunk: int,
+                  logprobs: bool):
+    """`forward` over the micro-batch's prefix tree: each distinct token is forwarded once;
+    a row's outputs are gathered from its tokens' (autograd sums their gradients back)."""
+    attn = mb.attention_mask
+    flat, pos, parent, index = tree_pack_rows(mb.input_ids, attn)
+    mask = tree_mask(index, attn.sum(1).tolist()).to(dev)
+    flat, pos, parent = flat.to(dev), pos.to(dev), parent.to(dev)
+    index = index.to(dev)
+    real = index >= 0
+    real[:, 0] = False                      # position 0 has no next-token output
+    at = index.clamp(min=0)
+    separate = is_separate(critic)
+    need_h = logprobs or (critic is not None and not separate)
+    h = tree_hidden_states(model, flat, pos, mask) if need_h else None       # [T, H]
+    lp = values = None
+    if logprobs:
+        where = torch.zeros(flat.shape[0], dtype=torch.bool, device=dev)
+        where[index[policy & real]] = True
+        lp_flat = tree_next_logprobs(model, h, flat, parent, temperature, chunk, where)
+        lp = torch.where(real & policy, lp_flat[at], lp_flat.new_zeros(()))
+    if critic is not None:
+        hv = tree_hidden_states(critic.model, flat, pos, mask) if separate else h
+        v_flat = critic(hv.index_select(0, parent.clamp(min=0)).float()).squeeze(-1)
+        values = torch.where(real, v_flat[at], v_flat.new_zeros(()))
     return lp, values

@@ -20,7 +20,7 @@ from ..methods import METHODS
 from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
 from ..models.loading import load_critic_model
 from ..models.lora import reference_of, trainable_parameters
-from ..models.sequences import can_pack
+from ..models.sequences import can_pack, tree_packable
 from ..models.tiny import VALUE_HEAD
 from .batch import Batch, forward, microbatches, trim
 from .distributed import Local
@@ -101,8 +101,12 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
     return Learner(model, critic, reference, opt, params, comm)
 
 
-def packs(learner: Learner, cfg: RunConfig) -> bool:
-    """Whether micro-batches run packed (`train.pack` and a model that allows it)."""
+def packs(learner: Learner, cfg: RunConfig) -> bool | str:
+    """How micro-batches run: "tree" (`train.tree_pack` and a model that allows it: shared
+    prefixes forwarded once), True (`train.pack` and a model that allows it: packed without
+    padding), False (right-padded rows)."""
+    if cfg.train.tree_pack and tree_packable(learner.model):
+        return "tree"
     return cfg.train.pack and can_pack(learner.model)
 
 
