@@ -26,7 +26,7 @@ def train_cmd(
     set_: SetOpt = None,
     seed: SeedOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default runs/<time>-<method>-<env>).")] = None,
-    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped, from its newest checkpoint that verifies. It may change only train.steps, train.eval_every, train.save_every, train.log, rollout.workers and rollout.ray_address (recorded in the folder's .agentrl-run.json).")] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped, from its newest checkpoint that verifies. It may change only train.steps, train.eval_every, train.save_every, train.trace_every, train.log, rollout.workers and rollout.ray_address (recorded in the folder's .agentrl-run.json).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Start afresh in an --out folder that already holds a run (its run files are removed).")] = False,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
     rollout_workers: Annotated[Optional[int], typer.Option("--rollout-workers", help="Ray rollout workers, each with its own engine and envs (--set rollout.workers=N; 0: in process).")] = None,

@@ -41,6 +41,7 @@ from .learner import Learner, build_learner, initial_critic, score, update
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
 from .setup import check_run_memory
+from .traces import trace_due, write_trace
 from .tiny_build import load_policy
 
 __all__ = ["Learner", "Run", "TaskSampler", "build_learner", "evaluate_run", "finish",
@@ -301,6 +302,8 @@ def run_step(run: Run, step: int) -> dict:
         PREPARERS.get(cfg.algo.estimator)(learner, batch, eps, fmt, cfg)
     credit = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
     batch.advantages, batch.returns, batch.value_mask = credit.advantages, credit.returns, credit.value_mask
+    if comm.is_main and trace_due(step, cfg.train.trace_every, cfg.train.steps):   # agentrl view
+        write_trace(run.out, step, eps, batch, result.extras.get("trees"), fmt, cfg.method)
     # 3. update
     stats = update(learner, batch, cfg, step)
     run.rollouts.sync(run.model)          # new weights to the engine / workers

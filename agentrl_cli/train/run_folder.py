@@ -42,7 +42,8 @@ MARKER_CAP = 1 << 20                      # a marker is a short list; a bigger f
 # what a run may write (claimed in the marker when the run opens, where not already present);
 # an older build's run folder, without a marker, is recognised by these names
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "learning_curve.png", "checkpoints",
-             "tensorboard", "wandb", "wandb_id")          # the last three: train.log sinks
+             "tensorboard", "wandb", "wandb_id",          # these three: train.log sinks
+             "traces", "report.html")                     # train.trace_every; agentrl view
 
 
 def atomic_write_text(path: Path, text: str) -> None:
