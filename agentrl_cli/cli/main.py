@@ -1,10 +1,10 @@
-"""`agentrl`: rollout | train | eval | diagnose | ablate | benchmarks | build-tiny. Commands are thin: parse, build a
+"""`agentrl`: rollout | train | eval | diagnose | ablate | view | benchmarks | build-tiny. Commands are thin: parse, build a
 RunConfig with the one loader, call one library function."""
 from __future__ import annotations
 
 import typer
 
-from . import ablate, benchmarks, diagnose, evaluate, rollout, tiny, train
+from . import ablate, benchmarks, diagnose, evaluate, rollout, tiny, train, view
 from . import check_env
 
 app = typer.Typer(
@@ -20,6 +20,7 @@ app.command("rollout")(rollout.rollout_cmd)
 app.command("eval")(evaluate.eval_cmd)
 app.add_typer(diagnose.app, name="diagnose")
 app.command("ablate")(ablate.ablate_cmd)
+app.command("view")(view.view_cmd)
 app.command("benchmarks")(benchmarks.benchmarks_cmd)
 app.command("build-tiny")(tiny.build_tiny_cmd)
 app.command("check-env")(check_env.check_env_cmd)

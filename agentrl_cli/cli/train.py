@@ -91,6 +91,7 @@ def train_cmd(
     console.print(summary_table(summary))
     console.print(f"summary: {out_dir / 'summary.json'} · curve: {out_dir / 'learning_curve.png'}",
                   highlight=False)
+    console.print(f"see what the agent did: agentrl view {out_dir}", highlight=False)
 
 
 def _finished(run_dir: Path, cfg) -> bool:

@@ -22,24 +22,19 @@ import json
 import math
 from pathlib import Path
 
+from ..reporting.traces import TRACE_CAP, trace_path
 from .run_folder import atomic_write_text
 
-TRACES = "traces"
 MAX_TREES = 4
 MAX_EPISODES = 12
 MAX_EPISODE_TOKENS = 4096
 MAX_CRITIC_POINTS = 4000
-TRACE_CAP = 300_000               # bytes of one trace file
 FORMAT = 1
 
 
 def trace_due(step: int, every: int, last: int) -> bool:
     """Whether step `step` of a run of `last` steps is traced (`train.trace_every` = `every`)."""
     return every > 0 and (step == 1 or step % every == 0 or step == last)
-
-
-def trace_path(out: Path, step: int) -> Path:
-    return Path(out) / TRACES / f"step-{step:06d}.json"
 
 
 def write_trace(out: Path, step: int, eps: list, batch, trees, fmt, method: str = "") -> Path:
