@@ -5,18 +5,26 @@ Runs `train()` for `--steps` steps (defaults of `--method`, seed 0, the default 
 a child process and times every phase by wrapping the trainer loop's own functions, so any
 commit with the same loop structure can be measured by the same script:
 
-- rollout: `rollouts.run` (generation + env), generated tokens per CPU-second;
+- rollout: `rollouts.run` (generation + env), generated tokens per CPU-second, split into
+  decode forwards (every fed row one token), prefills (prompts, observations, refeeds:
+  forwards with a longer chunk), forks (KV cache copies), critic values at tree nodes, env
+  steps, sampling, the FOCUS planner's bookkeeping, and the rest of the drivers' loops (token
+  bookkeeping, tokenisation of observations, Python); and the mean rows per decode forward (how
+  full the engine is);
 - scoring: from `collate` to the start of `update` (batch, scoring pass, preparer, estimator);
 - update: `update` (forward + backward + optimiser step);
 - eval: `evaluate` (the base check at step 0 and the final one);
 - learn = scoring + update: processed tokens (prompt, completions and observations of the
-  batch's episodes: every real token the update reads) per CPU-second of these two phases.
+  batch's episodes: every real token the update reads) per CPU-second of these two phases, and
+  forwarded tokens: those the update's forward actually runs (with `train.tree_pack` a prefix
+  shared by several episodes counts once).
 
 Peak RSS per phase: the kernel's high-water mark (`VmHWM`) is reset (`/proc/self/clear_refs`,
 5) when a phase starts and read when it ends; "load" is the peak before the first phase
 (imports, model, engine). The process peak is the largest of them.
 
-    python benchmarks/bench_step.py [--method grpo] [--steps 3] [--threads 1] [--rounds 1]
+    python benchmarks/bench_step.py [--method grpo | --method focus,grpo] [--steps 3]
+                                    [--threads 1] [--rounds 1]
                                     [--against REV] [--arm NAME:key=value,...] [--set key=value]
 
 `--against REV` checks REV out as a git worktree under /tmp, runs the same measurement there
@@ -24,7 +32,9 @@ Peak RSS per phase: the kernel's high-water mark (`VmHWM`) is reset (`/proc/self
 `--rounds` times, and prints current / REV ratios and the largest difference between the two
 runs' metrics.jsonl (same seed: the same run up to float noise, unless a change is meant to
 alter it). `--arm NAME:train.pack=true` adds the current tree with more overrides as another
-arm (ratios against REV, or against the plain current tree without `--against`). CPU times are the process's (`time.process_time`, all threads); with `--threads 1`
+arm (ratios against REV, or against the plain current tree without `--against`). Several
+methods (`--method focus,grpo`) run side by side as arms named by method, with ratios against
+the last one. CPU times are the process's (`time.process_time`, all threads); with `--threads 1`
 they do not depend on the machine's other load as much as wall times do.
 """
 from __future__ import annotations
@@ -103,6 +113,75 @@ class Phases:
 
 
 T0 = time.perf_counter()
+ROLLOUT_PARTS = ("decode", "prefill", "fork", "values", "env", "sampling", "planner")
+
+
+def _split_rollout(parts: dict, count: dict) -> None:
+    """Wrap the engine's forwards and forks, critic values, env steps and sampling where the
+    rollout drivers call them, adding each call's CPU time to `parts` (they never nest). Calls
+    outside a rollout (evaluation) are not counted."""
+    from agentrl_cli.context import episode, operators
+    from agentrl_cli.engines import hf
+    from agentrl_cli.rollout import executors, focus
+
+    def wrap(owner, name, part, classify=None):
+        fn = getattr(owner, name)
+
+        def run(*a, **kw):
+            if not IN_ROLLOUT[0]:
+                return fn(*a, **kw)
+            key = classify(a, kw) if classify else part
+            c = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                parts[key] += time.process_time() - c
+        setattr(owner, name, run)
+
+    def fed(chunks):
+        return [c for c in chunks if c]
+
+    def kind(a, kw):                       # (self, chunks) or (self, rows, chunks)
+        chunks = fed(a[-1])
+        if chunks and max(len(c) for c in chunks) == 1:
+            count["decode_forwards"] += 1
+            count["decode_rows"] += len(chunks)
+            return "decode"
+        return "prefill"
+
+    wrap(hf.KVBatch, "_forward", None, kind)
+    wrap(hf.KVBatch, "_forward_rows", None, kind)
+    wrap(hf.KVBatch, "fork", "fork")
+    for mod in (focus, executors):
+        for name in ("head_values", "critic_values"):
+            if hasattr(mod, name):
+                wrap(mod, name, "values")
+        if hasattr(mod, "sample_rows"):
+            wrap(mod, "sample_rows", "sampling")
+    wrap(hf, "sample", "sampling")
+    wrap(hf, "sample_rows", "sampling")
+    wrap(episode, "step_env", "env")
+    wrap(operators, "step_env", "env")
+
+
+IN_ROLLOUT = [False]
+
+
+def _forwarded(learner, batch, cfg) -> int:
+    """Tokens the update's forward runs over `batch`: real tokens, or with tree packing the
+    distinct tokens of each micro-batch's prefix tree."""
+    from agentrl_cli.models.sequences import tree_pack_rows
+    from agentrl_cli.train.batch import microbatches, trim
+    from agentrl_cli.train.learner import packs
+
+    form = packs(learner, cfg)
+    if form != "tree":
+        return int(batch.attention_mask.sum())
+    total = 0
+    for rows in microbatches(batch, cfg.train.max_tokens_per_microbatch, form):
+        mb = trim(batch.select(rows))
+        total += int(tree_pack_rows(mb.input_ids, mb.attention_mask)[0].shape[0])
+    return total
 
 
 def child(args) -> None:
@@ -117,15 +196,17 @@ def child(args) -> None:
     if where != Path(args.tree).resolve():
         raise SystemExit(f"imported agentrl_cli from {where}, expected {args.tree}")
     ph = Phases()
-    count = {"generated": 0, "processed": 0, "steps": 0}
+    count = {"generated": 0, "processed": 0, "forwarded": 0, "steps": 0}
 
     def timed(name, fn, after=None):
         def run(*a, **kw):
             ph.start(name)
+            IN_ROLLOUT[0] = name == "rollout"
             try:
                 out = fn(*a, **kw)
             finally:
                 ph.stop()
+                IN_ROLLOUT[0] = False
             if after is not None:
                 after(out, *a)
             return out
@@ -133,6 +214,13 @@ def child(args) -> None:
 
     def count_rollout(result, *a):
         count["generated"] += int(result.tokens)
+        timing = result.extras.get("focus_timing")
+        if timing:
+            parts["planner"] += timing["bookkeeping_seconds"]     # wall, one thread: ~CPU
+
+    parts = {k: 0.0 for k in ROLLOUT_PARTS}
+    count.update(decode_forwards=0, decode_rows=0)
+    _split_rollout(parts, count)
 
     orig_open, orig_collate, orig_update = loop.open_rollouts, loop.collate, loop.update
 
@@ -148,6 +236,7 @@ def child(args) -> None:
     def update(learner, batch, *a, **kw):
         ph.stop()
         count["processed"] += int(batch.attention_mask.sum())
+        count["forwarded"] += _forwarded(learner, batch, cfg)
         count["steps"] += 1
         return timed("update", orig_update)(learner, batch, *a, **kw)
 
@@ -159,7 +248,7 @@ def child(args) -> None:
     total_wall = time.perf_counter() - T0
     ph.finish(total_wall, time.process_time())
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
-    result = {"phases": ph.stats, **count, "wall": total_wall, "cpu": time.process_time(),
+    result = {"phases": ph.stats, **count, "rollout_parts": parts, "wall": total_wall, "cpu": time.process_time(),
               "peak_reset": ph.resettable, "metrics": rows,
               "rev": subprocess.run(["git", "-C", args.tree, "rev-parse", "--short", "HEAD"],
                                     capture_output=True, text=True).stdout.strip()}
@@ -167,12 +256,12 @@ def child(args) -> None:
 
 
 # ------------------------------------------------------------------------------ parent
-def measure(tree: Path, sets: list[str], args, tmp: Path, tag: str) -> dict:
+def measure(tree: Path, sets: list[str], args, tmp: Path, tag: str, method: str) -> dict:
     dest = tmp / f"{tag}.json"
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads),
            "MKL_NUM_THREADS": str(args.threads)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(dest), "--tree", str(tree),
-           "--out", str(tmp / f"run-{tag}"), "--method", args.method, "--steps", str(args.steps),
+           "--out", str(tmp / f"run-{tag}"), "--method", method, "--steps", str(args.steps),
            "--threads", str(args.threads)] + [x for s in sets for x in ("--set", s)]
     subprocess.run(cmd, env=env, check=True, cwd=tmp)
     return json.loads(dest.read_text())
@@ -185,6 +274,9 @@ def derived(r: dict) -> dict:
         "generated tok / rollout CPU s": r["generated"] / max(p["rollout"]["cpu"], 1e-9),
         "processed tok / learn CPU s": r["processed"] / max(learn, 1e-9),
         "learn CPU s / step": learn / max(r["steps"], 1),
+        "forwarded tok / generated tok": r.get("forwarded", 0) / max(r["generated"], 1),
+        "processed tok / generated tok": r["processed"] / max(r["generated"], 1),
+        "rows per decode forward": r.get("decode_rows", 0) / max(r.get("decode_forwards", 0), 1),
         "peak RSS MB": max(s["peak_mb"] for s in p.values()),
     }
 
@@ -204,6 +296,15 @@ def report(name: str, runs: list[dict]) -> dict:
         out[ph] = {"wall": w, "cpu": c, "peak_mb": m}
         print(f"  {ph:<8} {w:>8.2f} {c:>8.2f} {m:>12.0f}")
     print(f"  {'total':<8} {med([r['wall'] for r in runs]):>8.2f} {med([r['cpu'] for r in runs]):>8.2f}")
+    parts = r0.get("rollout_parts")
+    if parts:
+        roll = med([r["phases"]["rollout"]["cpu"] for r in runs])
+        split = {k: med([r["rollout_parts"][k] for r in runs]) for k in parts}
+        split["rest"] = roll - sum(split.values())
+        print(f"  rollout CPU split ({roll:.2f} s; ms per 1k generated tokens, share):")
+        for k, v in split.items():
+            print(f"    {k:<9} {1e6 * v / max(r0['generated'], 1):>8.0f}  {v / max(roll, 1e-9):>6.1%}")
+        out["rollout_split"] = split
     d = {k: med([derived(r)[k] for r in runs]) for k in derived(r0)}
     for k, v in d.items():
         print(f"  {k}: {v:.1f}" if v >= 10 else f"  {k}: {v:.3f}")
@@ -260,13 +361,18 @@ def main() -> None:
         child(args)
         return
     # arms: (tree, config overrides); ratios are of every other arm to the reference arm
-    arms = {"current": (ROOT, args.set)}
+    methods = [m for m in args.method.split(",") if m]
+    if len(methods) > 1:                 # methods side by side; ratios against the last
+        arms = {m: (ROOT, args.set, m) for m in methods}
+        ref = methods[-1]
+    else:
+        arms = {"current": (ROOT, args.set, methods[0])}
+        ref = args.against or "current"
     for spec in args.arm:
         name, _, sets = spec.partition(":")
-        arms[name] = (ROOT, args.set + [x for x in sets.split(",") if x])
+        arms[name] = (ROOT, args.set + [x for x in sets.split(",") if x], methods[0])
     if args.against:
-        arms[args.against] = (worktree(args.against), args.set)
-    ref = args.against or "current"
+        arms[args.against] = (worktree(args.against), args.set, methods[0])
     runs: dict[str, list[dict]] = {k: [] for k in arms}
     print(f"bench_step: agentrl train --method {args.method} --set train.steps={args.steps} "
           + " ".join(f"--set {s}" for s in args.set) + f" ({args.threads} thread(s))")
@@ -275,8 +381,8 @@ def main() -> None:
             for r in range(args.rounds):
                 names = list(arms) if r % 2 == 0 else list(arms)[::-1]
                 for name in names:
-                    tree, sets = arms[name]
-                    runs[name].append(measure(tree, sets, args, Path(tmp), f"{name}-{r}"))
+                    tree, sets, method = arms[name]
+                    runs[name].append(measure(tree, sets, args, Path(tmp), f"{name}-{r}", method))
     finally:
         if args.against and not args.keep_worktree:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
@@ -287,6 +393,12 @@ def main() -> None:
             continue
         cur, old = med[name], med[ref]
         print(f"\n{name} / {ref}:")
+        if len(methods) > 1:
+            print(f"  {'derived':<30} {name:>10} {ref:>10} {'ratio':>7}")
+            for k in cur["derived"]:
+                a, b = cur["derived"][k], old["derived"][k]
+                print(f"  {k:<30} {a:>10.3f} {b:>10.3f} {a / max(b, 1e-9):>6.2f}x")
+            continue
         for ph in PHASES:
             print(f"  {ph:<8} CPU {cur[ph]['cpu'] / max(old[ph]['cpu'], 1e-9):.2f}x   "
                   f"peak RSS {cur[ph]['peak_mb'] / max(old[ph]['peak_mb'], 1e-9):.2f}x")

@@ -193,3 +193,45 @@ def test_killed_worker_mid_step_still_yields_the_same_step(micro_policy, focus_c
     res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
     assert killed and ray_pool.replaced == before + 1
     _same(ref, res)
+
+
+def test_scheduler_runs_context_operators_as_the_in_process_runner(micro_policy):
+    """The path executor and the in-process runner share one token loop, so a context
+    operator (compaction: nodes at context resets, continuations resuming the node's window)
+    gives the same trees and episodes on the path scheduler."""
+    from agentrl_cli.train import loop
+
+    model, tok, fmt, _ = micro_policy
+    cfg = config.load(method="focus", sets=MICRO + [
+        "env.max_turns=6", "context.operator=compaction", "context.threshold_tokens=110",
+        "algo.focus_roots=1", "algo.focus_allocator=uniform"])
+    spec = loop.make_spec(cfg)
+    head = random_value_head(model)
+    tasks = spec.tasks("train", 2)
+
+    def ctx():
+        return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 2, 900, 4, 420,
+                              torch.Generator().manual_seed(1), algo=cfg.algo, critic=head)
+
+    ref = CONTROLLERS.get("focus")(ctx(), tasks)
+    assert ref.extras["metrics"]["focus/continuations"] > 0
+    assert all(len(ep.window_starts) >= 1 for ep in ref.episodes), "needs context resets"
+    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 900, share=4)
+    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=2)
+    res = W.PATH_CONTROLLERS.get("focus")(ctx(), tasks, runner)
+    _same(ref, res)
+    assert [ep.window_starts for ep in res.episodes] == [ep.window_starts for ep in ref.episodes]
+
+
+def test_one_token_loop_drives_both_runners():
+    """The in-process FOCUS runner and the hf path executor run the same per-token loop
+    (`rollout.token_loop`): neither feeds the engine, samples or steps an env on its own."""
+    import inspect
+
+    from agentrl_cli.rollout import executors, focus
+
+    for cls in (focus.FocusRunner, executors.HFPathExecutor):
+        src = inspect.getsource(cls)
+        assert "TokenLoop(" in src and ".tick(" in src, cls.__name__
+        for own in ("sample_rows(", ".extend(", "advance(p", "apply_step(", "append_turn("):
+            assert own not in src, (cls.__name__, own)

@@ -4,7 +4,9 @@ The unit of work is a *path*: one episode generated from a start state (a task's
 FOCUS node's context and env snapshot) until it ends. An executor runs many paths at once on its
 own engine and environments and reports events on the virtual clock (see `rollout.scheduler`
 for the clock and the scheduler that consumes them). `HFPathExecutor` runs on the hf engine's
-KV batch; a turn-level engine (vLLM) gets `rollout.vllm_paths` (`pools.make_executor` picks).
+KV batch through the per-token loop the in-process FOCUS runner uses (`rollout.token_loop`, with
+its context operators); a turn-level engine (vLLM) gets `rollout.vllm_paths`
+(`pools.make_executor` picks).
 """
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from typing import Any
 
 import torch
 
-from ..engines.hf import SamplingParams, sample_rows
+from ..engines.hf import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
 from ..types import Episode
-from .planner import compact_rows, path_generator
+from .planner import path_generator
 from .runner import LiveEpisode, append_turn, apply_step
+from .token_loop import LoopPath, TokenLoop
 
 INF = math.inf
 
@@ -66,17 +69,11 @@ class Report:
 
 
 @dataclass
-class _Run:
+class _Run(LoopPath):
     """A path on an executor."""
 
-    pid: int
-    live: LiveEpisode
-    gen: torch.Generator
-    tick: int                     # virtual tick of its latest sampled token
-    row: int | None = None        # engine row (hf)
-    feed: list[int] | None = None
-    turn_ids: list[int] = field(default_factory=list)
-    turn_lps: list[float] = field(default_factory=list)
+    pid: int = -1
+    tick: int = 0                 # virtual tick of its latest sampled token
     request: str | None = None    # in-flight engine request (vllm)
     turn_base: int = 0            # tick before the current turn's first token (vllm)
 
@@ -111,7 +108,8 @@ class PathExecutor:
             gen.set_state(job.gen_state)
         else:
             gen = path_generator(*job.seed)
-        return _Run(job.pid, LiveEpisode(copy.deepcopy(job.episode), env), gen, job.start_tick - 1)
+        return _Run(LiveEpisode(copy.deepcopy(job.episode), env), gen, pid=job.pid,
+                    tick=job.start_tick - 1)
 
     def _start(self, job: PathJob, run: _Run) -> _Run:
         raise NotImplementedError
@@ -120,15 +118,19 @@ class PathExecutor:
         raise NotImplementedError
 
     def end_turn(self, run: _Run, ids: list[int], lps: list[float]) -> PathEvent:
-        """Append the finished turn, step the env: a node event (the path goes on with
-        `run.feed` = the observation) or a finish event."""
+        """A turn-level engine's finished turn: append it, step the env; a node event (the path
+        goes on with `run.feed` = the observation) or a finish event."""
         fmt = self.fmt
         turn = append_turn(run.live.ep, ids, lps, fmt.decode_action(ids))
-        obs = apply_step(run.live, fmt, turn, self.max_tokens, self.params.max_new_tokens)
+        run.feed = apply_step(run.live, fmt, turn, self.max_tokens, self.params.max_new_tokens)
+        return self.event(run, run.feed is None)
+
+    def event(self, run: _Run, finished: bool) -> PathEvent:
+        """The event of a path that finished, or whose context reached a new segment-boundary
+        state (with its env snapshot and generator state, to resume it there)."""
         ep = run.live.ep
-        if obs is None:
+        if finished:
             return PathEvent(run.pid, run.tick, "finish", ep)
-        run.feed = obs
         try:
             snap = run.live.env.snapshot()
         except Exception:  # an env without snapshots still rolls out, without branching
@@ -139,9 +141,10 @@ class PathExecutor:
 
 
 class HFPathExecutor(PathExecutor):
-    """Paths on the `hf` engine: continuous batching over one growing `KVBatch`, one token of
-    every running path per tick (as the in-process FOCUS runner); finished rows stay parked as
-    fork sources until the batch holds more than twice `share` rows."""
+    """Paths on the `hf` engine: the per-token loop of `rollout.token_loop` (continuous batching
+    over one growing `KVBatch`, one token of every running path per tick, context operators),
+    as the in-process FOCUS runner runs it; finished rows stay parked as fork sources until the
+    batch holds more than twice `share` rows."""
 
     def __init__(self, engine, fmt, spec, params, max_tokens, share: int = 64):
         super().__init__(fmt, spec, params, max_tokens)
@@ -150,53 +153,34 @@ class HFPathExecutor(PathExecutor):
 
     def reset(self) -> None:
         super().reset()
-        self.kv = self.engine.new_batch(0)
-        self.parked: list[_Run] = []
+        self.loop = TokenLoop(self.engine, self.fmt, self.params, self.max_tokens, self.share)
+
+    kv = property(lambda self: self.loop.kv)
+    parked = property(lambda self: self.loop.parked)
 
     def _start(self, job: PathJob, run: _Run) -> _Run:
-        n = len(job.episode.token_ids)
-        holders = {r.pid: r for r in self.active + self.parked if r.row is not None}
-        src = next((holders[q].row for q in job.fork_from if q in holders
-                    and int(self.kv.lengths[holders[q].row]) >= n), None)
-        if src is not None:
-            run.row, run.feed = self.kv.fork(src, n), []
-        else:
-            run.row, run.feed = self.kv.add_row(), list(job.episode.token_ids)
+        holders = {r.pid: r for r in self.active + self.loop.parked if r.row is not None}
+        self.loop.start(run, [holders[q] for q in job.fork_from if q in holders])
         return run
 
     def advance(self, ticks: int) -> Report:
         events: list[PathEvent] = []
         touched: dict[int, _Run] = {}
-        stop = set(self.fmt.stop_ids)
         sampled = 0
         for _ in range(ticks):
             if not self.active:
                 break
-            chunks: list[list[int] | None] = [None] * self.kv.n
-            for r in self.active:
-                chunks[r.row], r.feed = r.feed, None
-            self.kv.extend(chunks, only_fed=True)
             running = list(self.active)
-            idx = torch.tensor([r.row for r in running], dtype=torch.long)
-            tok, lp = sample_rows(self.kv.last_logits[idx], self.params, [r.gen for r in running])
-            for r, t, l in zip(running, tok.tolist(), lp.tolist()):
+            ends = self.loop.tick(running)
+            for r in running:
                 r.tick += 1
-                sampled += 1
                 touched[r.pid] = r
-                r.turn_ids.append(t)
-                r.turn_lps.append(l)
-                if t not in stop and len(r.turn_ids) < self.params.max_new_tokens:
-                    r.feed = [t]
-                    continue
-                self.kv.pending[r.row] = [t]
-                ids, lps, r.turn_ids, r.turn_lps = r.turn_ids, r.turn_lps, [], []
-                ev = self.end_turn(r, ids, lps)
-                events.append(ev)
-                if ev.kind == "finish":
-                    self.active.remove(r)
-                    self.parked.append(r)
-            self._compact()
+            sampled += len(running)
+            for end in ends:
+                if end.finished or end.boundary:
+                    events.append(self.event(end.path, end.finished))
+                if end.finished:
+                    self.active.remove(end.path)
+                    self.loop.park(end.path)
+            self.loop.compact(self.active)
         return Report(events, {pid: r.tick for pid, r in touched.items()}, sampled)
-
-    def _compact(self) -> None:
-        self.parked = compact_rows(self.kv, self.active, self.parked, self.share)

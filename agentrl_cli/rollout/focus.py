@@ -5,14 +5,13 @@ The trees, the allocator, the budget and every bookkeeping rule are `planner.Foc
 (shared with the path scheduler of `rollout.workers`); this module is its in-process driver: it
 moves tokens through one engine and tells the planner what happened.
 
-Engine: continuous batching over one growing `KVBatch`. Each tick feeds every running row its
-next input (a decode token, or a whole observation for a row whose turn just ended and was
-stepped in the env, or the prompt of a new root) in at most two forwards that compute only the
-fed rows (`extend(..., only_fed=True)`: one-token rows, longer rows), then samples one token
-for every running row. No row ever waits for another row's turn (no lock-step rounds). A
-continuation forks the cache of a row that holds the node's prefix (`KVBatch.fork`: the K/V
-are copied, one token is refed); finished rows stay parked as fork sources until the batch
-holds more than 2 x `batch_size` rows, then the oldest parked rows are dropped
+Engine: the per-token loop of `rollout.token_loop` (shared with the path executors of the
+Ray path scheduler): continuous batching over one growing `KVBatch`, every running row fed its
+next input (a decode token, an observation, the prompt of a new root) in at most two forwards,
+one token sampled per running row; no row ever waits for another row's turn (no lock-step
+rounds). A continuation forks the cache of a row that holds the node's prefix (`KVBatch.fork`:
+the K/V are copied, one token is refed); finished rows stay parked as fork sources until the
+batch holds more than 2 x `batch_size` rows, then the oldest parked rows are dropped
 (`planner.compact_rows`; a later fork from a state whose rows are all gone re-prefills the
 prefix).
 
@@ -39,30 +38,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..context.windows import visible_ids, visible_len
-from ..engines.hf import sample_rows
+from ..context.windows import visible_ids
 from ..models.critic import is_separate
-from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
-from .planner import (ALLOCATORS, FocusPlanner, Node, PlanPath, compact_rows, env_snapshot, gain,
+from .planner import (ALLOCATORS, FocusPlanner, Node, PlanPath, env_snapshot, gain,
                       path_generator, pick_continuation, seed_base)
-from .runner import LiveEpisode, advance, append_turn
+from .runner import LiveEpisode
+from .token_loop import LoopPath, TokenLoop
 from .values import critic_values, head_values
 
 __all__ = ["ALLOCATORS", "FocusRunner", "gain", "path_generator", "pick_continuation", "seed_base"]
 
 
 @dataclass
-class _Path:
+class _Path(LoopPath):
     """A path's engine state in the in-process runner (its tree state is `plan`'s)."""
 
-    plan: PlanPath
-    live: LiveEpisode
-    gen: torch.Generator
-    row: int | None = None        # KVBatch row (None: not in the batch)
-    feed: list[int] | None = None  # input of the next tick
-    turn_ids: list[int] = field(default_factory=list)
-    turn_lps: list[float] = field(default_factory=list)
+    plan: PlanPath | None = None
 
     # the planner's view, for readers of the runner's paths (tests, diagnostics)
     pid = property(lambda self: self.plan.pid)
@@ -81,10 +73,10 @@ class FocusRunner:
         self.plan = FocusPlanner(ctx, tasks, seed_base(ctx.generator), generated=self._generated)
         self.capacity = self.plan.capacity
         self.runs: dict[int, _Path] = {}     # pid -> engine state
-        self.parked: list[_Path] = []       # finished paths whose rows are still in the batch
-        self.kv = ctx.engine.new_batch(0)
         self.critic = getattr(ctx, "critic", None)
-        self.kv.keep_hidden = self.critic is not None and not is_separate(self.critic)
+        self.loop = TokenLoop(ctx.engine, ctx.fmt, ctx.params, ctx.max_tokens, self.capacity,
+                              keep_hidden=self.critic is not None and not is_separate(self.critic))
+        self.kv = self.loop.kv
         self.value_wait: list[tuple[_Path, Node]] = []  # nodes whose v comes after the next extend
 
     # the planner's state, for readers of the runner (tests, diagnostics)
@@ -102,39 +94,21 @@ class FocusRunner:
     def _launch_root(self, g: int) -> None:
         plan, env = self.plan.open_root(g)
         p = self._track(plan, LiveEpisode(plan.ep, env))
-        p.row = self.kv.add_row()
-        p.feed = list(plan.ep.token_ids)
+        self.loop.start(p)
         root = plan.tree.nodes[0]
         if root.path == plan.pid:            # this root made the node: its value comes next
             self.value_wait.append((p, root))
 
     def _launch_from(self, plan: PlanPath, node: Node) -> None:
-        tree, ep = plan.tree, plan.ep
         env = self.ctx.spec.make()
         env.restore(node.snapshot)
-        p = self._track(plan, LiveEpisode(ep, env))
-        src_row = next((self.runs[q].row for q in tree.through[node.id]
-                        if q != p.pid and self.runs[q].row is not None
-                        and self._holds(self.runs[q].live.ep, ep)
-                        and int(self.kv.lengths[self.runs[q].row]) >= visible_len(ep)), None)
-        if src_row is not None:
-            p.row = self.kv.fork(src_row, visible_len(ep))
-            p.feed = []                      # refeeds the prefix's last token
-        else:
-            p.row = self.kv.add_row()
-            p.feed = visible_ids(ep)
+        p = self._track(plan, LiveEpisode(plan.ep, env))
+        self.loop.start(p, [self.runs[q] for q in plan.tree.through[node.id] if q != p.pid])
 
     def _track(self, plan: PlanPath, live: LiveEpisode) -> _Path:
-        p = _Path(plan, live, path_generator(self.plan.base, plan.pid))
+        p = _Path(live, path_generator(self.plan.base, plan.pid), plan=plan)
         self.runs[plan.pid] = p
         return p
-
-    @staticmethod
-    def _holds(other: Episode, ep: Episode) -> bool:
-        """The row of `other` (a path through the node `ep` starts from) still holds `ep`'s
-        visible context: `other` has not reset its context since (a reset keeps the prefix only)."""
-        return (len(other.window_starts) == len(ep.window_starts)
-                or visible_len(ep) <= ep.window_prefix)
 
     def _fill(self) -> None:
         """Launch roots, then continuations, while slots and budget remain (the planner decides)."""
@@ -152,7 +126,7 @@ class FocusRunner:
 
     def _finish(self, p: _Path) -> None:
         self.plan.finish(p.plan, p.live.ep)
-        self.parked.append(p)
+        self.loop.park(p)
 
     def _values(self) -> None:
         """Critic values of the states whose context was just fed (`rollout.values`): a value
@@ -173,39 +147,17 @@ class FocusRunner:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        ctx, fmt, params = self.ctx, self.ctx.fmt, self.ctx.params
-        stop = set(fmt.stop_ids)
         self._fill()
         while self.plan.active:
             running = self.active
-            chunks: list[list[int] | None] = [None] * self.kv.n
-            for p in running:
-                chunks[p.row], p.feed = p.feed, None
-            self.kv.extend(chunks, only_fed=True)
-            self._values()
-            idx = torch.tensor([p.row for p in running], dtype=torch.long)
-            tok, lp = sample_rows(self.kv.last_logits[idx], params, [p.gen for p in running])
-            for p, t, l in zip(running, tok.tolist(), lp.tolist()):
-                p.turn_ids.append(t)
-                p.turn_lps.append(l)
-                self.plan.spent += 1
-                if t not in stop and len(p.turn_ids) < params.max_new_tokens:
-                    p.feed = [t]
-                    continue
-                self.kv.pending[p.row] = [t]
-                ids, lps, p.turn_ids, p.turn_lps = p.turn_ids, p.turn_lps, [], []
-                turn = append_turn(p.live.ep, ids, lps, fmt.decode_action(ids))
-                obs, boundary, reset = advance(p.live, fmt, turn, ctx.max_tokens,
-                                               params.max_new_tokens)
-                if reset:
-                    self.kv.truncate(p.row, p.live.ep.window_prefix)
-                if obs is None:
-                    self._finish(p)
-                else:
-                    p.feed = obs
-                    if boundary:
-                        self._new_state(p)
-            self.parked = compact_rows(self.kv, self.active, self.parked, self.capacity)
+            ends = self.loop.tick(running, after_feed=self._values)
+            self.plan.spent += len(running)
+            for end in ends:
+                if end.finished:
+                    self._finish(end.path)
+                elif end.boundary:
+                    self._new_state(end.path)
+            self.loop.compact(self.active)
             self._fill()
 
     def result(self) -> RolloutResult:
