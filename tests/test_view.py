@@ -69,7 +69,8 @@ def test_traced_episodes_carry_every_token_its_mask_and_advantage(focus_run):
             assert e["trained_tokens"] == sum(src.response_mask)
             for a, m, ref in zip(e["advantages"], e["response_mask"], adv[row, :n].tolist()):
                 assert a == (pytest.approx(ref, abs=1e-4) if m else 0)
-            assert e["question"] == src.question and e["gold_answer"] == src.answer
+            asked = next(x.question for x in eps if x.group == src.group and x.question)
+            assert e["question"] == asked and e["gold_answer"] == src.answer   # continuations too
             assert [t["action"] for t in e["turns"]] == [t.action for t in src.turns]
 
 

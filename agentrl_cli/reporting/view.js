@@ -157,10 +157,10 @@ function lineChart(opts) {
     .concat((opts.hlines || []).map(h => h.y));
   const f = frame({...opts, x: opts.xDomain || domain(xs, 0.02), y: opts.yDomain || domain(ys)});
   for (const h of opts.hlines || [])
-    f.svg.append(sv("line", {x1: f.m.l, x2: f.W - f.m.r, y1: f.Y(h.y), y2: f.Y(h.y), stroke: h.color || "#555",
+    f.svg.append(sv("line", {x1: f.m.l, x2: f.W - f.m.r, y1: f.Y(h.y), y2: f.Y(h.y), stroke: h.color || "#555555",
                              "stroke-dasharray": "5 4", "stroke-width": 1.2}, sv("title", {text: `${h.name}: ${num(h.y)}`})));
   for (const s of opts.series) f.svg.append(drawSeries(f, s));
-  const items = opts.series.filter(s => s.name).concat((opts.hlines || []).map(h => ({...h, color: h.color || "#555", dash: true})));
+  const items = opts.series.filter(s => s.name).concat((opts.hlines || []).map(h => ({...h, color: h.color || "#555555", dash: true})));
   return el("figure", {class: "chart", id: opts.id}, el("figcaption", {text: opts.title || ""}), f.svg,
             items.length > 1 || opts.legend ? legend(items) : null);
 }
@@ -218,7 +218,7 @@ function metricChart(rows, key, d) {
     series[0].markers = true;
     const base = rows.find(r => r.step === 0 && Number.isFinite(r[key]));
     const b = base ? base[key] : (d.summary || {}).base_success;
-    if (Number.isFinite(b)) hlines.push({y: b, name: "base", color: "#555"});
+    if (Number.isFinite(b)) hlines.push({y: b, name: "base", color: "#555555"});
     yDomain = [0, 1];
   } else if (key === "success") yDomain = [0, 1];
   return lineChart({title: key, xLabel: "step", yLabel: key, series, hlines, yDomain, legend: key === "eval/success",
@@ -375,7 +375,7 @@ function treePanel(trace, box, view, showEpisode) {
     el("label", {}, "tree ", selectBox("tree-select", trace.trees.map((t, i) =>
       [i, `${i}: ${t.task_id} · ${t.nodes.length} nodes`]), view.tree, v => { view.tree = +v; view.node = 0; treePanel(trace, box, view, showEpisode); })),
     el("span", {}, "colour: ", ["residual", "vtilde"].map(m => el("label", {}, el("input", {type: "radio", name: "colour", value: m,
-      checked: view.colour === m ? "checked" : null, onchange: () => { view.colour = m; pick(view.node); }}),
+      checked: view.colour === m ? "checked" : null, onchange: () => { view.colour = m; treePanel(trace, box, view, showEpisode); }}),
       m === "residual" ? " |v − c̄| " : " Ṽ "))));
   box.replaceChildren(controls,
     el("div", {class: "small muted", text: `${tree.task_id}: ${tree.nodes.length} nodes, ${Object.keys(tree.paths || {}).length} paths, ` +
@@ -412,7 +412,7 @@ function episodePanel(trace, box, view) {
   const eps = trace.episodes, ep = eps[view.episode];
   const turns = el("table", {class: "kv turns"}, el("tr", {}, ["turn", "policy action", "tool", "observation", "advantage"].map(h => el("th", {text: h}))),
     ep.turns.map((t, i) => el("tr", {}, el("td", {text: i}), el("td", {class: "mono", text: t.action}), el("td", {text: t.tool || "–"}),
-      el("td", {class: "mono", text: t.observation || ""}), el("td", {text: signed(t.advantage)}))));
+      el("td", {class: "mono", text: t.observation || ""}), el("td", {text: t.advantage === null ? "not trained here" : signed(t.advantage)}))));
   box.replaceChildren(
     el("div", {class: "controls"}, el("label", {}, "episode ", selectBox("episode-select", eps.map((e, i) =>
       [i, `${i}: ${e.task_id} · R ${num(e.reward, 2)} · ${e.turns.length} turns` + (e.path !== null ? ` · path ${e.path}` : "")]),
@@ -426,7 +426,7 @@ function episodePanel(trace, box, view) {
     el("div", {class: "small"}, "Every token: ", el("span", {class: "swatch", style: "background:rgba(49,163,84,0.6)"}), "trained, advantage > 0",
       el("span", {class: "swatch", style: "background:rgba(222,45,38,0.6)"}), "trained, advantage < 0",
       el("span", {class: "swatch", style: "background:rgba(255,215,80,0.35)"}), "trained, advantage 0",
-      el("span", {class: "swatch", style: "background:#fff"}), "not trained (prompt, env). Hover a token for its advantage."),
+      el("span", {class: "swatch", style: "background:#ffffff"}), "not trained (prompt, env). Hover a token for its advantage."),
     tokenView(ep));
 }
 
@@ -468,9 +468,9 @@ function calibrationChart(traces, which) {
     const b = bins[Math.min(9, Math.max(0, Math.floor(v * 10)))];
     b[0] += v; b[1] += o; b[2]++;
   }
-  series.push({name: "mean outcome per v decile", color: "#111", width: 2, markers: true,
+  series.push({name: "mean outcome per v decile", color: "#111111", width: 2, markers: true,
                points: bins.filter(b => b[2]).map(b => [b[0] / b[2], b[1] / b[2], `${b[2]} points`])});
-  series.push({name: "calibrated (outcome = v)", color: "#999", dash: "4 3", points: [[0, 0], [1, 1]]});
+  series.push({name: "calibrated (outcome = v)", color: "#999999", dash: "4 3", points: [[0, 0], [1, 1]]});
   const vs = pts.map(p => p[0]).filter(Number.isFinite);
   const xDomain = [Math.min(0, ...vs), Math.max(1, ...vs)];
   return lineChart({title: `critic value v against the outcome (${pts.length} points)`, xLabel: "v (critic)",

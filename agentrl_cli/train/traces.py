@@ -47,11 +47,14 @@ def write_trace(out: Path, step: int, eps: list, batch, trees, fmt, method: str 
     groups = [t.group for t in picked_trees] or sorted({e.group for e in eps})[:MAX_TREES]
     picked = _sample_rows(eps, groups)
     text = _token_text(fmt, [eps[i] for i in picked])
+    # a continuation's episode starts from its source's tokens, not its task's text
+    asked = {e.group: e.question for e in reversed(eps) if e.question}
     data = {
         "format": FORMAT, "step": step, "method": method,
         "episodes_in_step": len(eps), "trees_in_step": len(trees),
         "trees": [tree_json(t, eps, batch, rows) for t in picked_trees],
-        "episodes": [episode_json(eps[i], i, batch, text) for i in picked],
+        "episodes": [episode_json(eps[i], i, batch, text, asked.get(eps[i].group, ""))
+                     for i in picked],
         "critic": critic_points(trees, eps, batch),
         "budget_by_depth": budget_by_depth(trees, eps, rows),
     }
@@ -104,13 +107,14 @@ def _num(x, digits: int = 4):
     return round(float(x), digits)
 
 
-def episode_json(ep, row: int, batch, text: dict[int, str]) -> dict:
-    """One traced episode (docs/traces.md, "episode")."""
+def episode_json(ep, row: int, batch, text: dict[int, str], question: str = "") -> dict:
+    """One traced episode (docs/traces.md, "episode"); `question`: the task's, where the
+    episode does not hold it."""
     n = min(len(ep.token_ids), MAX_EPISODE_TOKENS)
     adv = batch.advantages[row, :n].tolist() if batch.advantages is not None else [0.0] * n
     mask = [int(m) for m in ep.response_mask[:n]]
     return {
-        "row": row, "task_id": ep.task_id, "group": ep.group, "question": ep.question,
+        "row": row, "task_id": ep.task_id, "group": ep.group, "question": ep.question or question,
         "gold_answer": ep.answer, "model_answer": ep.model_answer, "reward": _num(ep.reward),
         "success": bool(ep.success), "finish": ep.finish, "num_tool_calls": ep.num_tool_calls,
         "generated_tokens": ep.generated_tokens, "trained_tokens": sum(mask),
