@@ -61,7 +61,7 @@ def test_diagnose_lists_its_subcommands_and_ablate_its_presets():
 
 
 def test_help_for_every_command():
-    for cmd in ("train", "rollout", "eval", "diagnose", "ablate"):
+    for cmd in ("train", "rollout", "eval", "diagnose", "ablate", "view"):
         res = runner.invoke(app, [cmd, "--help"])
         assert res.exit_code == 0 and "Example" in res.output or cmd in ("diagnose", "ablate")
 
