@@ -188,9 +188,9 @@ function runHeader(d) {
     el("div", {class: "muted", text: `${d.method || "?"} on ${d.env || "?"} · model ${d.model || "?"} · seed ${d.seed ?? "?"} · ` +
       `step ${done} of ${d.steps ?? "?"} · ${d.path}`}),
     el("p", {}, kvTable([
-      s.base_success !== undefined && ["held-out success", `${withSe(s.base_success, s.base_success_se)} (base) → ` +
+      Number.isFinite(s.base_success) && ["held-out success", `${withSe(s.base_success, s.base_success_se)} (base) → ` +
                                        `${withSe(s.final_success, s.final_success_se)} (final)`],
-      s.tokens_generated !== undefined && ["tokens generated in training", s.tokens_generated.toLocaleString()],
+      Number.isFinite(s.tokens_generated) && ["tokens generated in training", s.tokens_generated.toLocaleString()],
       ["traced steps", traced ? `${traced} (every ${d.trace_every ?? "?"} steps, first and last); ${d.traces.length} in this report` :
         "none (train.trace_every=0, or a run of an older build): curves only"],
       ["in the terminal", el("code", {text: `agentrl view ${d.path} --text --step N --tree K`})],
