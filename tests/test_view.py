@@ -250,3 +250,33 @@ def test_pick_steps_spreads_and_keeps_the_ends():
 def test_text_view_defaults_to_the_last_traced_step(focus_run):
     out, _, _ = focus_run
     assert text_view(out).startswith("step 3 (focus)")
+
+
+def test_a_method_without_trees_traces_episodes_and_its_critics_turn_values(tmp_path):
+    """PPO: no trees; the critic's value before each turn against the episode's reward."""
+    from agentrl_cli import config
+
+    from conftest import MICRO
+
+    cfg = config.load(sets=MICRO + ["train.steps=1", "train.eval_every=0", "train.save_every=0",
+                                    "train.trace_every=1"], method="ppo")
+    seen = {}
+    real = loop.write_trace
+
+    def keep(out, step, eps, batch, trees, fmt, method=""):
+        seen["eps"], seen["values"] = eps, batch.old_values.clone()
+        return real(out, step, eps, batch, trees, fmt, method)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(loop, "write_trace", keep)
+    try:
+        loop.train(cfg, tmp_path / "run", log=lambda s: None)
+    finally:
+        mp.undo()
+    data = read_trace(trace_steps(tmp_path / "run")[1])
+    eps = seen["eps"]
+    assert data["trees"] == [] and data["trees_in_step"] == 0 and len(data["episodes"]) == len(eps)
+    c = data["critic"]
+    assert c["source"] == "turn values" and len(c["v"]) == sum(e.num_turns for e in eps)
+    assert c["v"][0] == pytest.approx(float(seen["values"][0, eps[0].turns[0].start]), abs=1e-4)
+    assert c["outcome"][0] == eps[0].reward

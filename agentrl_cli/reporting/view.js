@@ -460,8 +460,9 @@ function calibrationChart(traces, which) {
   const pts = pick.flatMap(t => (t.critic.v || []).map((v, i) => [v, t.critic.outcome[i], t.critic.leaves[i], t.critic.depth[i], t.step]));
   const byDepth = {};
   for (const p of pts) (byDepth[p[3]] ||= []).push(p);
-  const series = Object.entries(byDepth).map(([dep, ps], i) => ({name: `depth ${dep}`, color: COLORS[i % COLORS.length], noLine: true,
-    markers: true, r: 2.5, points: ps.map(p => [p[0], p[1], `step ${p[4]} · depth ${p[3]}: v ${num(p[0])}, outcome ${num(p[1])} over ${p[2]} leaves`])}));
+  const unit = pick[0].critic.source === "turn values" ? "turn" : "depth";
+  const series = Object.entries(byDepth).map(([dep, ps], i) => ({name: `${unit} ${dep}`, color: COLORS[i % COLORS.length], noLine: true,
+    markers: true, r: 2.5, points: ps.map(p => [p[0], p[1], `step ${p[4]} · ${unit} ${p[3]}: v ${num(p[0])}, outcome ${num(p[1])} over ${p[2]} leaves`])}));
   const bins = Array.from({length: 10}, () => [0, 0, 0]);
   for (const [v, o] of pts) {
     if (!Number.isFinite(v) || !Number.isFinite(o)) continue;
