@@ -385,6 +385,31 @@ def test_linear_budget_stops_launching_waves(micro_policy):
     assert res.tokens - last_wave < budget <= res.tokens or len(groups) == 6
 
 
+def test_linear_budget_holds_the_run_to_its_tokens_per_step(micro_policy):
+    """Over a run (one `ctx.carry` from step to step) the linear controller launches as many
+    groups as the step's limit affords at the run's measured cost of a group, so the run's
+    total spend stays within about one group of its total budget (`spend_limit`), whatever
+    the groups cost; the same rule holds the path scheduler's linear controller."""
+    spec = micro_policy[3]
+    tasks = spec.tasks("train", 8)
+    full = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, batch_size=4), tasks)
+    per_group = full.tokens / 8
+    budget = int(full.tokens * 0.55)              # about 4.4 of the step's 8 groups
+    carry: dict = {}
+    spent, counts = [], []
+    for step in range(8):
+        ctx = _ctx(micro_policy, spec, budget=budget, batch_size=4)
+        ctx.generator.manual_seed(step)
+        ctx.carry = carry
+        res = CONTROLLERS.get("linear")(ctx, tasks)
+        spent.append(res.tokens)
+        counts.append(len(group_rewards(res.episodes)))
+    assert carry["linear_spend"] == [float(sum(spent)), 8.0 * budget]
+    assert abs(sum(spent) - 8 * budget) <= 2 * per_group, (spent, budget)
+    assert all(2 <= c < 8 for c in counts), counts     # whole groups, fewer than the tasks
+    assert abs(sum(spent) / 8 - budget) / budget < 0.25
+
+
 # ----------------------------------------------------------------------------- end to end
 
 E2E = MICRO + ["rollout.max_new_tokens=6", "train.steps=2",

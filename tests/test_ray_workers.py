@@ -235,3 +235,26 @@ def test_one_token_loop_drives_both_runners():
         assert "TokenLoop(" in src and ".tick(" in src, cls.__name__
         for own in ("sample_rows(", ".extend(", "advance(p", "apply_step(", "append_turn("):
             assert own not in src, (cls.__name__, own)
+
+
+def test_scheduler_linear_honours_the_run_budget(micro_policy):
+    """The path scheduler's linear controller spends as the in-process one does: whole groups
+    while the step's limit (`controllers.spend_limit`) affords them, recorded in the carry."""
+    model, tok, fmt, spec = micro_policy
+    algo = _cfg().algo
+    tasks = spec.tasks("train", 6)
+
+    def step(budget, carry, seed):
+        ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=4)
+        runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=3)
+        ctx = _ctx(micro_policy, algo, batch_size=4, seed=seed, budget=budget, group_size=2)
+        ctx.carry = carry
+        return W.PATH_CONTROLLERS.get("linear")(ctx, tasks, runner)
+
+    full = step(0, {}, 0)
+    assert len(full.episodes) == 12
+    budget = int(full.tokens * 0.5)
+    carry: dict = {}
+    spent = [step(budget, carry, s).tokens for s in range(4)]
+    assert carry["linear_spend"] == [float(sum(spent)), 4.0 * budget]
+    assert abs(sum(spent) - 4 * budget) <= 2 * full.tokens / 6

@@ -4,12 +4,15 @@
 sampling parameters, the step's generator and the algorithm config (for controller options
 such as DAPO's dynamic sampling). The trainer never branches on the name.
 
-Matched budgets: `ctx.budget_tokens > 0` caps the generated tokens of a step (extra
-continuations included). The linear controller's policy is the simplest honest one: episodes
-are launched in waves of whole groups (at most `batch_size` episodes, at least one group), and
-no new wave starts once the step has spent its budget; the last wave may overshoot by at most
-its own generation, and the trainer logs the true `rollout/tokens`. With no budget, all
-episodes go to the engine in one call (exactly as without this feature).
+Matched budgets: `ctx.budget_tokens > 0` is the generated tokens per step, averaged over the
+run, for every controller that launches work against it (`linear`, `focus`; VinePPO reserves
+its own share for values, `rollout.vine`). A step's limit is the budget plus what the run's
+earlier steps left unspent, less what they overspent (`spend_limit`, kept in `ctx.carry`), so a
+run's total spend meets its total budget. The linear controller launches whole groups: as many
+as the limit affords at the run's measured cost of a group (the first step, with no cost yet
+measured, launches them all), in waves of at most `batch_size` episodes, never fewer than one
+group a step; a step that would need more groups than it has tasks stops at its tasks. With no
+budget, all episodes go to the engine in one call (exactly as without this feature).
 
 DAPO's overlong shaping is applied here, to `Episode.reward`, right after each episode is
 generated and before dynamic sampling and the estimator see it (`reward/mean` in the metrics is
@@ -102,26 +105,55 @@ def is_informative(group: list[Episode]) -> bool:
 # ----------------------------------------------------------------------------- linear
 
 
+def spend_limit(ctx: RolloutContext, key: str) -> float:
+    """This step's generated-token limit under `ctx.budget_tokens`: the budget plus what the
+    run's earlier steps left unspent, less what they overspent (`ctx.carry[key]` = [tokens
+    generated, budgets] over the run's steps), within [0, 2 x budget]."""
+    spend, budgets = ctx.carry.get(key, (0.0, 0.0))
+    return min(2.0 * ctx.budget_tokens, max(0.0, ctx.budget_tokens + budgets - spend))
+
+
+def record_spend(ctx: RolloutContext, key: str, tokens: float) -> None:
+    """Add a step's generated tokens and its budget to the run's record (`spend_limit`)."""
+    spend, budgets = ctx.carry.get(key, (0.0, 0.0))
+    ctx.carry[key] = [spend + tokens, budgets + ctx.budget_tokens]
+
+
 def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
-               spent: int = 0, **kw) -> list[Episode]:
+               spent: int = 0, limit: float | None = None, **kw) -> list[Episode]:
     """`ctx.group_size` episodes for each task (groups numbered from `first_group`), shaped.
 
-    With a budget, groups are launched in waves and no wave starts once `spent` plus what this
-    call has generated reaches `ctx.budget_tokens` (see the module docstring). `kw` goes to
-    `run_episodes` (e.g. `on_state`).
+    With a budget, groups are launched in waves of at most `batch_size` episodes while `spent`
+    plus what this call has generated stays under `limit` (default `ctx.budget_tokens`): each
+    wave takes as many groups as the rest affords at the cost of a group (this call's mean so
+    far, else `ctx.carry["group_tokens"]`, the run's last measured one; unknown: every group
+    the wave holds), at least one group in all. `kw` goes to `run_episodes` (e.g. `on_state`).
     """
-    pairs = [(t, first_group + g) for g, t in enumerate(tasks) for _ in range(ctx.group_size)]
+    G = ctx.group_size
     if ctx.budget_tokens <= 0:
+        pairs = [(t, first_group + g) for g, t in enumerate(tasks) for _ in range(G)]
         eps = run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
                            ctx.batch_size, ctx.generator, **kw)
-    else:
-        wave = max(1, ctx.batch_size // ctx.group_size) * ctx.group_size
-        eps = []
-        for start in range(0, len(pairs), wave):
-            if spent + sum(e.generated_tokens for e in eps) >= ctx.budget_tokens:
-                break
-            eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs[start:start + wave],
-                                ctx.params, ctx.max_tokens, ctx.batch_size, ctx.generator, **kw)
+        shape_rewards(eps, ctx)
+        return eps
+    limit = ctx.budget_tokens if limit is None else limit
+    per_wave = max(1, ctx.batch_size // G)
+    eps: list[Episode] = []
+    g = 0
+    while g < len(tasks):
+        used = spent + sum(e.generated_tokens for e in eps)
+        cost = (sum(e.generated_tokens for e in eps) / (len(eps) / G) if eps
+                else ctx.carry.get("group_tokens"))
+        n = per_wave if cost is None else int(round((limit - used) / max(cost, 1.0)))
+        n = min(per_wave, len(tasks) - g, max(n, 0 if eps else 1))
+        if n <= 0:
+            break
+        pairs = [(t, first_group + g + i) for i, t in enumerate(tasks[g:g + n]) for _ in range(G)]
+        eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
+                            ctx.batch_size, ctx.generator, **kw)
+        g += n
+    if eps:
+        ctx.carry["group_tokens"] = sum(e.generated_tokens for e in eps) / (len(eps) / G)
     shape_rewards(eps, ctx)
     return eps
 
@@ -133,7 +165,8 @@ def _groups(eps: list[Episode]) -> dict[int, list[Episode]]:
     return out
 
 
-def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode]) -> RolloutResult:
+def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode],
+                     limit: float | None = None) -> RolloutResult:
     """DAPO dynamic sampling on top of a linear rollout `first` of `tasks`.
 
     Groups whose (shaped) rewards are all equal are dropped; each refill round samples as many
@@ -141,12 +174,13 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
     as groups are missing, for at most `algo.dynamic_rounds` rounds or until the budget is
     spent; under a budget a round launches only as many groups as fit in what is left at the
     step's mean cost per episode so far, so refills never overshoot it by more than that
-    estimate's error. The kept groups (at most `len(tasks)`) are renumbered 0..n-1. If no group at all is
+    estimate's error (`limit`: the step's, `spend_limit`; default the budget). The kept groups (at most `len(tasks)`) are renumbered 0..n-1. If no group at all is
     informative, the first round's groups are returned unchanged (the batch is then a no-op for
     outcome advantages, but the trainer still gets its step). Tokens of dropped groups count as
     `extra_tokens` (generated, not trained on).
     """
     target = len(tasks)
+    limit = ctx.budget_tokens if limit is None else limit
     spent = sum(e.generated_tokens for e in first)
     generated = len(first)                # episodes so far: the refills' cost estimate
     kept = [g for g in _groups(first).values() if is_informative(g)][:target]
@@ -155,12 +189,12 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
     next_group = target
     rounds = 0
     while len(kept) < target and rounds < ctx.algo.dynamic_rounds:
-        if ctx.budget_tokens > 0 and spent >= ctx.budget_tokens:
+        if ctx.budget_tokens > 0 and spent >= limit:
             break
         want = target - len(kept)
         if ctx.budget_tokens > 0:     # refill only the groups whose expected cost fits
             per_group = spent / max(1, generated) * ctx.group_size
-            want = min(want, int((ctx.budget_tokens - spent) // max(per_group, 1.0)))
+            want = min(want, int((limit - spent) // max(per_group, 1.0)))
             if want <= 0:
                 break
         rounds += 1
@@ -169,7 +203,7 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
         if not fresh:
             break
         used |= {t.task_id for t in fresh}
-        eps = run_groups(ctx, fresh, first_group=next_group, spent=spent)
+        eps = run_groups(ctx, fresh, first_group=next_group, spent=spent, limit=limit)
         next_group += len(fresh)
         spent += sum(e.generated_tokens for e in eps)
         generated += len(eps)
@@ -190,8 +224,10 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
 def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
     """G independent episodes per task (GRPO-style groups); DAPO dynamic sampling when
     `algo.dynamic_sampling` is on."""
-    eps = run_groups(ctx, tasks)
-    if ctx.algo.dynamic_sampling:
-        return dynamic_sampling(ctx, tasks, eps)
-    return RolloutResult(eps)
+    limit = spend_limit(ctx, "linear_spend") if ctx.budget_tokens > 0 else None
+    eps = run_groups(ctx, tasks, limit=limit)
+    res = dynamic_sampling(ctx, tasks, eps, limit) if ctx.algo.dynamic_sampling else RolloutResult(eps)
+    if ctx.budget_tokens > 0:
+        record_spend(ctx, "linear_spend", res.tokens)
+    return res
 

@@ -58,7 +58,7 @@ from ..credit.focus import focus_gain
 from ..config import ConfigError
 from ..registry import Registry
 from ..types import Episode
-from .controllers import RolloutContext, RolloutResult, shape_rewards
+from .controllers import RolloutContext, RolloutResult, record_spend, shape_rewards, spend_limit
 from .runner import new_episode, start_context
 from .tree import Node, Tree
 
@@ -216,11 +216,9 @@ class FocusPlanner:
         self.target_paths = len(tasks) * ctx.group_size
         self.generated = generated or (lambda p: p.ep.generated_tokens)
         self.spent = 0                # tokens generated so far (the driver keeps it current)
-        # the launch limit: the budget, less what the run's earlier steps generated beyond
-        # theirs (`ctx.carry["focus_spend"]` = [tokens generated, budgets], over the run's steps)
-        self.record = tuple(ctx.carry.get("focus_spend", (0.0, 0.0)))
-        spend, budgets = self.record
-        self.limit = max(0.0, ctx.budget_tokens - max(0.0, spend - budgets))
+        # the launch limit: the budget, plus what the run's earlier steps left unspent, less
+        # what they overspent (`controllers.spend_limit`, `ctx.carry["focus_spend"]`)
+        self.limit = spend_limit(ctx, "focus_spend")
         self.t_book = 0.0             # seconds in allocation and tree bookkeeping
 
     # -- launching -------------------------------------------------------------------------
@@ -362,9 +360,7 @@ class FocusPlanner:
         self.t_book += time.perf_counter() - t0
         metrics = self.metrics(eps)
         if self.ctx.budget_tokens > 0 and self.branching:
-            spend, budgets = self.record
-            self.ctx.carry["focus_spend"] = [spend + metrics["focus/tokens"],
-                                             budgets + self.ctx.budget_tokens]
+            record_spend(self.ctx, "focus_spend", metrics["focus/tokens"])
         extras = {"trees": self.trees, "focus_values": values, "focus_value_targets": targets,
                   "metrics": metrics}
         return RolloutResult(eps, extras=extras)

@@ -54,7 +54,7 @@ from ..envs.base import Task
 from ..errors import ConfigError
 from ..registry import Registry
 from ..types import Episode
-from .controllers import RolloutContext, RolloutResult
+from .controllers import RolloutContext, RolloutResult, record_spend, spend_limit
 from .executors import INF, PathEvent, PathJob, Report
 from .planner import FocusPlanner, PlanPath, seed_base
 from .tree import Node
@@ -289,18 +289,27 @@ def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> R
 @PATH_CONTROLLERS.register("linear")
 def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
     """`group_size` episodes per task; episode i (task-major) samples from
-    `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`."""
+    `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`, as many
+    as the step's limit (`controllers.spend_limit`) affords."""
     if ctx.algo.dynamic_sampling:
         raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
     base = seed_base(ctx.generator)
-    wave = len(tasks)
-    if ctx.budget_tokens > 0:
-        wave = max(1, ctx.batch_size // ctx.group_size)
+    budget = ctx.budget_tokens > 0
+    limit = spend_limit(ctx, "linear_spend") if budget else 0.0
+    per_wave = max(1, ctx.batch_size // ctx.group_size) if budget else len(tasks)
     eps: list[Episode] = []
-    for start in range(0, len(tasks), wave):
-        if ctx.budget_tokens > 0 and sum(e.generated_tokens for e in eps) >= ctx.budget_tokens:
-            break
-        sched = PathScheduler(ctx, list(tasks[start:start + wave]), runner.pool, runner.values,
+    start = 0
+    while start < len(tasks):
+        n = min(per_wave, len(tasks) - start)
+        if budget:          # as many groups as the rest affords, as `controllers.run_groups`
+            cost = (sum(e.generated_tokens for e in eps) / (len(eps) / ctx.group_size) if eps
+                    else ctx.carry.get("group_tokens"))
+            left = limit - sum(e.generated_tokens for e in eps)
+            if cost is not None:
+                n = min(n, max(int(round(left / max(cost, 1.0))), 0 if eps else 1))
+            if n <= 0:
+                break
+        sched = PathScheduler(ctx, list(tasks[start:start + n]), runner.pool, runner.values,
                               runner.ticks, branching=False, base=base,
                               seed_offset=start * ctx.group_size, after_report=runner.after_report)
         sched.run()
@@ -310,6 +319,10 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
             for k in ("focus_tree", "focus_path", "focus_origin"):
                 ep.meta.pop(k, None)
             eps.append(ep)
+        start += n
+    if budget and eps:
+        ctx.carry["group_tokens"] = sum(e.generated_tokens for e in eps) / (len(eps) / ctx.group_size)
+        record_spend(ctx, "linear_spend", sum(e.generated_tokens for e in eps))
     res = RolloutResult(eps)
     res.extras["metrics"] = {"rollout/worker_restarts": getattr(runner.pool, "replaced", 0)}
     return res
