@@ -122,7 +122,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
     outside a rollout (evaluation) are not counted."""
     from agentrl_cli.context import episode, operators
     from agentrl_cli.engines import hf
-    from agentrl_cli.rollout import executors, focus
+    from agentrl_cli.rollout import executors, focus, token_loop
 
     def wrap(owner, name, part, classify=None):
         fn = getattr(owner, name)
@@ -152,7 +152,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
     wrap(hf.KVBatch, "_forward", None, kind)
     wrap(hf.KVBatch, "_forward_rows", None, kind)
     wrap(hf.KVBatch, "fork", "fork")
-    for mod in (focus, executors):
+    for mod in (focus, executors, token_loop):
         for name in ("head_values", "critic_values"):
             if hasattr(mod, name):
                 wrap(mod, name, "values")
