@@ -120,9 +120,19 @@ def _split_rollout(parts: dict, count: dict) -> None:
     """Wrap the engine's forwards and forks, critic values, env steps and sampling where the
     rollout drivers call them, adding each call's CPU time to `parts` (they never nest). Calls
     outside a rollout (evaluation) are not counted."""
+    import importlib
+
     from agentrl_cli.context import episode, operators
     from agentrl_cli.engines import hf
-    from agentrl_cli.rollout import executors, focus, token_loop
+
+    def optional(name):                 # an older commit may not have the module
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            return None
+
+    drivers = [m for m in map(optional, ("agentrl_cli.rollout.focus", "agentrl_cli.rollout.executors",
+                                         "agentrl_cli.rollout.token_loop")) if m is not None]
 
     def wrap(owner, name, part, classify=None):
         fn = getattr(owner, name)
@@ -152,7 +162,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
     wrap(hf.KVBatch, "_forward", None, kind)
     wrap(hf.KVBatch, "_forward_rows", None, kind)
     wrap(hf.KVBatch, "fork", "fork")
-    for mod in (focus, executors, token_loop):
+    for mod in drivers:
         for name in ("head_values", "critic_values"):
             if hasattr(mod, name):
                 wrap(mod, name, "values")
