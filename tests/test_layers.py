@@ -148,7 +148,16 @@ def test_one_plotting_helper():
     assert importers == {"agentrl_cli.reporting.plots"}
 
 
-MAX_FUNCTION_LINES = 80      # DESIGN.md, house style: a function a reader takes in at once
+MAX_FUNCTION_LINES = 60      # DESIGN.md, house style: a function a reader takes in at once
+
+# Functions allowed over MAX_FUNCTION_LINES, by "module.function", each with the reason.
+LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {
+    "agentrl_cli.cli.diagnose.audit_tree_cmd": "a CLI command still doing work (to be thinned)",
+    "agentrl_cli.cli.evaluate.eval_cmd": "a CLI command still doing work (to be thinned)",
+    "agentrl_cli.cli.train.train_cmd": "a CLI command still doing work (to be thinned)",
+    "agentrl_cli.envs.locate.make_repo": "to be split",
+    "agentrl_cli.train.learner._update": "to be split",
+}
 
 
 def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, str, int]]:
@@ -163,13 +172,155 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[tuple[st
     return sorted(out)
 
 
-def test_no_function_over_80_lines():
-    assert long_functions(ROOT) == []
+def test_no_function_over_60_lines():
+    found = {f"{m}.{name}": n for m, name, n in long_functions(ROOT)}
+    assert sorted(set(found) - set(LONG_FUNCTION_EXCEPTIONS)) == []
+    # an exception that is no longer long leaves the list (it only shrinks)
+    assert sorted(set(LONG_FUNCTION_EXCEPTIONS) - set(found)) == []
 
 
 def test_the_length_check_finds_a_long_function(tmp_path):
     pkg = tmp_path / "agentrl_cli"
     pkg.mkdir()
-    body = "".join(f"        x{i} = {i}\n" for i in range(80))
+    body = "".join(f"        x{i} = {i}\n" for i in range(60))
     (pkg / "long.py").write_text(f"def short():\n    return 1\n\n\nclass C:\n    def big(self):\n{body}")
-    assert long_functions(tmp_path) == [("agentrl_cli.long", "big", 81)]
+    assert long_functions(tmp_path) == [("agentrl_cli.long", "big", 61)]
+
+
+# ----------------------------------------------------------------------------- re-exports
+# DESIGN.md, "One home per idea": no compatibility re-exports inside the package. A module
+# that is not a package's `__init__` defines what it exports; whoever needs a name imports
+# it from the module that defines it (a package's `__init__` is its public face: its own
+# registrations and the names it gathers for users, e.g. `credit`'s public math API).
+
+# Modules allowed to re-export, by module name, each with the reason.
+REEXPORT_EXCEPTIONS: dict[str, str] = {
+    "agentrl_cli.config": "re-exports ConfigError (to be removed)",
+    "agentrl_cli.engines.hf": "callers take SamplingParams from it (to be removed)",
+    "agentrl_cli.rollout.planner": "callers take Node from it (to be removed)",
+    "agentrl_cli.rollout.focus": "re-exports the planner's names (to be removed)",
+    "agentrl_cli.rollout.runner": "re-exports context.episode (to be removed)",
+    "agentrl_cli.rollout.workers": "re-exports the path scheduler's names (to be removed)",
+    "agentrl_cli.train.loop": "re-exports the learner's names (to be removed)",
+}
+
+
+def _top_level(tree: ast.Module):
+    """Top-level statements, looking into `if` / `try` blocks."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, (ast.If, ast.Try)):
+            todo[:0] = [*node.body, *getattr(node, "handlers", []), *node.orelse,
+                        *getattr(node, "finalbody", [])]
+        elif isinstance(node, ast.ExceptHandler):
+            todo[:0] = node.body
+        else:
+            yield node
+
+
+def _bindings(tree: ast.Module) -> tuple[set[str], set[str], list[str]]:
+    """(names the module defines, names it binds by importing, its `__all__`)."""
+    defined, imported, exported = set(), set(), []
+    for node in _top_level(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                continue
+            imported |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        if n.id == "__all__" and isinstance(node, ast.Assign):
+                            exported = [e.value for e in node.value.elts]
+                        else:
+                            defined.add(n.id)
+    return defined, imported - defined, exported
+
+
+def _is_package(f: Path) -> bool:
+    return f.name == "__init__.py"
+
+
+def reexports(root: Path, sources: dict[str, Path] | None = None) -> list[tuple[str, str]]:
+    """(module, what) for every compatibility re-export: a module (not a package's `__init__`)
+    that only imports, one whose `__all__` lists a name it imports, and every `from M import
+    name` (in `sources`, default the package's modules) where M is such a module that binds
+    `name` only by importing it."""
+    mods = modules(root)
+    info = {m: _bindings(ast.parse(f.read_text(encoding="utf-8"))) for m, f in mods.items()}
+    out = set()
+    for m, f in mods.items():
+        if _is_package(f):
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        body = [n for n in _top_level(tree)
+                if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+                and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+        defined, imported, exported = info[m]
+        if body and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body) or \
+                (body and not defined - {"__all__"} and imported):
+            out.add((m, "only re-exports"))
+        for name in exported:
+            if name in imported:
+                out.add((m, f"__all__ lists {name}, imported from elsewhere"))
+    for src, f in (sources or mods).items():
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        alias: dict[str, str] = {}                # local name -> a package module it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                alias.update({a.asname: a.name for a in node.names if a.asname and a.name in mods})
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                cur = src.split(".")
+                parts = cur if _is_package(f) else cur[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                target = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:
+                if f"{target}.{a.name}" in mods:
+                    alias[a.asname or a.name] = f"{target}.{a.name}"
+                elif target in mods and not _is_package(mods[target]) and a.name in info[target][1]:
+                    out.add((target, f"{a.name} imported from it by {src}"))
+        for node in ast.walk(tree):   # `module.name` through a module alias, of a name the
+            # module lists in `__all__` but imports (reading a module's imports to patch them
+            # where they are looked up is fine)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                target = alias.get(node.value.id)
+                if target and not _is_package(mods[target]) and node.attr in info[target][1] \
+                        and node.attr in info[target][2]:
+                    out.add((target, f"{node.attr} read from it by {src}"))
+    return sorted(out)
+
+
+def test_no_compatibility_reexports():
+    tests = {f"tests.{f.stem}": f for f in (ROOT / "tests").glob("*.py")}
+    found = reexports(ROOT, {**modules(ROOT), **tests})
+    assert [(m, w) for m, w in found if m not in REEXPORT_EXCEPTIONS] == []
+    # an exception that no longer re-exports leaves the list (it only shrinks)
+    assert sorted(set(REEXPORT_EXCEPTIONS) - {m for m, _ in found}) == []
+
+
+def test_the_reexport_check_finds_them(tmp_path):
+    pkg = tmp_path / "agentrl_cli"
+    for rel, text in {
+        "__init__.py": "from .a import f\n",                     # a package face: allowed
+        "a.py": "def f():\n    return 1\n",
+        "b.py": '"""Only re-exports."""\nfrom .a import f\n',
+        "c.py": "from .a import f\n\n__all__ = ['f', 'g']\n\n\ndef g():\n    return f()\n",
+        "d.py": "from .c import f, g\n\n\ndef h():\n    return f() + g()\n",
+        "e.py": "from . import c\n\n\ndef k():\n    return c.f() + c.g()\n",
+    }.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    assert reexports(tmp_path) == [
+        ("agentrl_cli.b", "only re-exports"),
+        ("agentrl_cli.c", "__all__ lists f, imported from elsewhere"),
+        ("agentrl_cli.c", "f imported from it by agentrl_cli.d"),
+        ("agentrl_cli.c", "f read from it by agentrl_cli.e"),
+    ]
