@@ -1,9 +1,12 @@
 """KVBatch forking: a forked row decodes exactly like a from-scratch run on the same prefix."""
 from __future__ import annotations
 
+import math
+
 import torch
 
-from agentrl_cli.engines.hf import KVBatch, SamplingParams, sample_rows
+from agentrl_cli.engines.hf import KVBatch, sample_rows
+from agentrl_cli.engines.base import SamplingParams
 
 
 
@@ -142,3 +145,32 @@ def test_extend_only_fed_rows_is_exact(micro_policy):
     for r, s in want.items():
         torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s + [r + 2]),
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch):
+    """KV buffers are allocated uninitialised: every column a row attends to (or holds as a
+    masked hole) must be written first. Poisoning fresh buffers with NaN must leave a FOCUS
+    step with forks, parked rows, compaction and sub-batch forwards exactly as it was."""
+    from agentrl_cli import config
+    from agentrl_cli.engines import hf
+    from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
+    from conftest import MICRO, random_value_head
+
+    model, tok, fmt, spec = micro_policy
+    head = random_value_head(model)
+    algo = config.load(method="focus", sets=MICRO + ["algo.focus_roots=1"]).algo
+    tasks = spec.tasks("train", 3)
+
+    def step():
+        ctx = RolloutContext(hf.HFEngine(model, fmt.pad_id), fmt, spec,
+                             SamplingParams(max_new_tokens=8), 3, 512, 3, 0,
+                             torch.Generator().manual_seed(0), algo=algo, critic=head)
+        return CONTROLLERS.get("focus")(ctx, tasks)
+
+    ref = step()
+    assert ref.extras["metrics"]["focus/continuations"] > 0
+    real = hf._buffer
+    monkeypatch.setattr(hf, "_buffer", lambda *a: real(*a).fill_(float("nan")))
+    poisoned = step()
+    assert [e.token_ids for e in poisoned.episodes] == [e.token_ids for e in ref.episodes]
+    assert all(math.isfinite(x) for e in poisoned.episodes for x in e.logprobs)
