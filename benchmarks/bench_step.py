@@ -180,9 +180,12 @@ IN_ROLLOUT = [False]
 def _forwarded(learner, batch, cfg) -> int:
     """Tokens the update's forward runs over `batch`: real tokens, or with tree packing the
     distinct tokens of each micro-batch's prefix tree."""
-    from agentrl_cli.models.sequences import tree_pack_rows
-    from agentrl_cli.train.batch import microbatches, trim
-    from agentrl_cli.train.learner import packs
+    try:
+        from agentrl_cli.models.sequences import tree_pack_rows
+        from agentrl_cli.train.batch import microbatches, trim
+        from agentrl_cli.train.learner import packs
+    except ImportError:                 # a commit without tree packing: every real token
+        return int(batch.attention_mask.sum())
 
     form = packs(learner, cfg)
     if form != "tree":
