@@ -52,7 +52,7 @@ from .errors import ConfigError
 from .config import RESUME_KEYS, RunConfig, flatten
 from .registry import Registry
 from .train.run_folder import atomic_write_text
-from .train.setup import load_checked
+from .train.preflight import load_checked
 
 
 @dataclass(frozen=True)

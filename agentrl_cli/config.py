@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from .errors import ConfigError  # re-exported: `from agentrl_cli.config import ConfigError`
+from .errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -755,7 +755,7 @@ def load(
 def check_model(cfg: RunConfig) -> None:
     """`model.name` is 'tiny', a local model folder or a hub id; a local folder given as a
     model or critic is a model, not a run folder. (Plugin names are checked where things are
-    built: `train.setup.check_names`.)"""
+    built: `train.preflight.check_names`.)"""
     m = cfg.model.name
     if m != "tiny" and not Path(m).expanduser().is_dir():
         hub_like = m.count("/") == 1 and not m.startswith((".", "/", "~"))

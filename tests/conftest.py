@@ -48,7 +48,7 @@ def _cache(tmp_path_factory):
 def micro_policy(_cache):
     """(model, tokenizer, fmt, spec) of the micro tiny model on the search env."""
     from agentrl_cli import config
-    from agentrl_cli.train.loop import make_spec
+    from agentrl_cli.context import make_spec
     from agentrl_cli.train.tiny_build import load_policy
 
     cfg = config.load(sets=MICRO)

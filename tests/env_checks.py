@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
-from agentrl_cli.config import ConfigError
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.envs import ENVS, StepResult, TextEnv
 
 

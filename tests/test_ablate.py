@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from agentrl_cli import ablate as AB
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.cli.main import app
 
 from conftest import MICRO
@@ -37,7 +38,7 @@ def test_plan_is_the_product_of_methods_and_axes():
     # two keys ending the same way keep their full names
     same = AB.plan(["ppo"], [AB.Axis.key("algo.lam", ["1"]), AB.Axis.key("other.lam", ["2"])])
     assert same[0].name == "ppo_algo.lam=1_other.lam=2"
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(ConfigError):
         AB.plan(["grpo"], [AB.Axis.key("algo.beta", ["1", "1"])])
 
 

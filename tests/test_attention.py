@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from conftest import MICRO
 
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.engines.hf import cache_arg
 from agentrl_cli.models import attention as A
 
@@ -286,9 +287,9 @@ def test_tiny_gpt_oss_padding_and_kv_cache_equal_eager():
 def test_attention_config_is_validated():
     assert config.load(sets=["model.attention=sink_sdpa"]).model.attention == "sink_sdpa"
     assert config.load(sets=["model.attention=sink_flex", "model.device=cuda"]).model.attention == "sink_flex"
-    with pytest.raises(config.ConfigError, match="model.attention must be one of"):
+    with pytest.raises(ConfigError, match="model.attention must be one of"):
         config.load(sets=["model.attention=sink"])
-    with pytest.raises(config.ConfigError, match="sink_flex needs CUDA"):
+    with pytest.raises(ConfigError, match="sink_flex needs CUDA"):
         config.load(sets=["model.attention=sink_flex", "model.device=cpu"])
 
 

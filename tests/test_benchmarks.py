@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from agentrl_cli import config
 from agentrl_cli.cli.main import app
-from agentrl_cli.config import ConfigError
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.envs import ENVS
 from agentrl_cli.envs import benchmarks as bm
 from agentrl_cli.envs.qa import QAEnv, extract_answer, verify

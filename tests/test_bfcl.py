@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from agentrl_cli.config import ConfigError
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.envs import ENVS, bfcl
 
 NAMES = ["bfcl-multi-turn-base", "bfcl-multi-turn-miss-func", "bfcl-multi-turn-miss-param",

@@ -10,15 +10,18 @@ import pytest
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.config import ConfigError, ContextConfig
+from agentrl_cli.config import ContextConfig
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.context import ContextSpec, visible_ids, visible_len, window_index, wrap_spec
 from agentrl_cli.context.operators import AFTER_SUMMARY, FREE, STRUCTURED
 from agentrl_cli.context.windows import window_of
 from agentrl_cli.context.workspace import MAX_KEYS, WorkspaceEnv
-from agentrl_cli.engines.hf import HFEngine, KVBatch, SamplingParams
+from agentrl_cli.engines.hf import HFEngine, KVBatch
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.envs.search import SearchSpec
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
+from agentrl_cli import context as context_mod
 from agentrl_cli.train import loop
 from agentrl_cli.train.batch import collate, forward
 
@@ -31,7 +34,7 @@ PARAMS = SamplingParams(max_new_tokens=8)
 def _spec(operator: str, threshold: int, style: str = "free", max_turns: int = 6):
     cfg = config.load(sets=MICRO + [f"env.max_turns={max_turns}", f"context.operator={operator}",
                                     f"context.threshold_tokens={threshold}", f"context.style={style}"])
-    return loop.make_spec(cfg)
+    return context_mod.make_spec(cfg)
 
 
 def _rollout(micro_policy, spec, n=4, seed=0):
@@ -218,7 +221,7 @@ def test_truncated_row_equals_a_fresh_prefill(micro_policy):
 
 def test_none_is_unchanged_and_an_unreached_threshold_changes_no_token(micro_policy):
     model, _, fmt, spec = micro_policy
-    assert isinstance(loop.make_spec(config.load(sets=MICRO)), SearchSpec)
+    assert isinstance(context_mod.make_spec(config.load(sets=MICRO)), SearchSpec)
     assert wrap_spec(spec, ContextConfig()) is spec
     plain = _rollout(micro_policy, spec, n=3)
     assert all(ep.context == "" and not ep.window_starts for ep in plain)
@@ -240,7 +243,7 @@ def test_config_validation():
         config.load(sets=["context.operator=compaction", "model.attention=flex_attention"])
     with pytest.raises(ConfigError, match="context.style"):
         config.load(sets=["context.style=bullet"])
-    from agentrl_cli.train.setup import check_names
+    from agentrl_cli.train.preflight import check_names
 
     bad = config.load(sets=["context.operator=compact"])   # a value: config does not know plugins
     with pytest.raises(Exception, match="unknown context operator 'compact'"):

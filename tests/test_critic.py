@@ -12,8 +12,9 @@ import torch
 
 from conftest import MICRO
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.models.critic import DetachedValueHead
-from agentrl_cli.train.loop import build_learner
+from agentrl_cli.train.learner import build_learner
 
 
 @pytest.mark.parametrize("form", ["head", "detached"])
@@ -37,7 +38,7 @@ def test_critic_loss_reaches_the_backbone_only_when_shared(micro_policy, form):
 
 
 def test_unknown_critic_form_is_a_config_error():
-    with pytest.raises(config.ConfigError, match="model.critic"):
+    with pytest.raises(ConfigError, match="model.critic"):
         config.load(sets=["model.critic=shared-lora"])
 
 
@@ -45,20 +46,20 @@ def _ppo_steps(micro_policy, sets):
     """A ppo learner on the micro model and `step(n)`: one update on the same fixed episodes."""
     from test_distributed import _global_episodes
     from agentrl_cli.credit.estimators import ESTIMATORS
-    from agentrl_cli.train import loop
+    from agentrl_cli.train import learner as learner_mod
     from agentrl_cli.train.batch import collate
 
     model, tok, fmt, spec = micro_policy
     eps = _global_episodes(micro_policy)
     cfg = config.load(sets=MICRO + sets + ["algo.whiten=false"], method="ppo")
-    learner = loop.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
+    learner = learner_mod.build_learner(cfg, copy.deepcopy(model), log=lambda s: None)
 
     def step(n):
         batch = collate(copy.deepcopy(eps), fmt.pad_id)
-        loop.score(learner, batch, cfg)
+        learner_mod.score(learner, batch, cfg)
         c = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
         batch.advantages, batch.returns, batch.value_mask = c.advantages, c.returns, c.value_mask
-        return loop.update(learner, batch, cfg, step=n)
+        return learner_mod.update(learner, batch, cfg, step=n)
 
     return learner, step
 
@@ -162,8 +163,12 @@ def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
     gives the trees of the value head: it is read at each node's last context token. A changed
     critic model changes the values (the policy's hidden states are not used)."""
     from conftest import random_value_head
-    from agentrl_cli.engines.hf import HFEngine, SamplingParams
-    from agentrl_cli.rollout import workers as W
+    from agentrl_cli.engines.hf import HFEngine
+    from agentrl_cli.engines.base import SamplingParams
+    from agentrl_cli.rollout.executors import HFPathExecutor
+    from agentrl_cli.rollout.pools import LocalPool
+    from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+    from agentrl_cli.rollout.values import CriticValues
     from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 
     model, tok, fmt, spec = micro_policy
@@ -180,9 +185,9 @@ def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
     assert ref.extras["metrics"]["focus/continuations"] > 0, "the case must branch"
     critic = _separate_like(head, model)
     _trees_equal(ref, CONTROLLERS.get("focus")(ctx(critic), tasks))
-    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, params, 512, share=3)
-    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, critic), ticks=2)
-    _trees_equal(ref, W.PATH_CONTROLLERS.get("focus")(ctx(critic), tasks, runner))
+    ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, params, 512, share=3)
+    runner = PathRunner(LocalPool(ex), CriticValues(model, critic), ticks=2)
+    _trees_equal(ref, PATH_CONTROLLERS.get("focus")(ctx(critic), tasks, runner))
     with torch.no_grad():
         for p in critic.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -288,7 +293,7 @@ def test_separate_critic_from_its_own_model_path(micro_policy, tmp_path):
     bad = _small_critic_folder(micro_policy, tmp_path / "other-tok", extra_token=True)
     cfg = config.load(sets=MICRO + ["model.critic=separate", f"model.critic_path={bad}"],
                       method="mpo")
-    with pytest.raises(config.ConfigError, match="different tokenizer"):
+    with pytest.raises(ConfigError, match="different tokenizer"):
         build_learner(cfg, copy.deepcopy(micro_policy[0]),
                       model_path=model_path(cfg), log=lambda s: None)
 

@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.engines.hf import HFEngine
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.models.critic import SeparateCritic
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.rollout.values import NO_CRITIC, CriticValues, critic_values, head_values

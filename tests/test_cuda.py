@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.engines.hf import SamplingParams, inverse_cdf, sample, sample_rows
+from agentrl_cli.engines.hf import inverse_cdf, sample, sample_rows
+from agentrl_cli.engines.base import SamplingParams
 
 from conftest import MICRO
 

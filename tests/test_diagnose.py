@@ -105,7 +105,8 @@ def test_uniform_spreads_evenly_over_the_fixed_audit_tree():
 
 
 def test_the_simulation_and_the_runner_share_the_allocation_decision(monkeypatch, micro_policy):
-    from agentrl_cli.engines.hf import HFEngine, SamplingParams
+    from agentrl_cli.engines.hf import HFEngine
+    from agentrl_cli.engines.base import SamplingParams
     from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 
     calls = {"sim": 0, "runner": 0}

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.config import ConfigError
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.credit.estimators import ESTIMATORS
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.engines.hf import HFEngine
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.train import distributed
 from agentrl_cli.train.batch import collate
-from agentrl_cli.train.loop import build_learner, score, update
+from agentrl_cli.train.learner import build_learner, score, update
 
 from conftest import MICRO
 

@@ -8,6 +8,7 @@ import pytest
 
 from agentrl_cli.envs import ENVS
 from agentrl_cli.envs import locate as L
+from agentrl_cli.errors import ConfigError
 
 from env_checks import (check_deterministic, check_expert_recovers, check_expert_solves,
                         check_malformed, check_registered, check_snapshot_restore,
@@ -217,19 +218,19 @@ def test_shared_repository_tasks():
     capped = ENVS.get("locate")(seed=0, n_entities=100, repos="shared", n_train=10, n_eval=5)
     assert len(capped.tasks("train")) == 10 and len(capped.tasks("eval")) == 5
     assert ENVS.get("locate")(seed=1, n_entities=100, repos="shared").tasks("eval")[0].meta["repo"] == "1-shared"
-    with pytest.raises(L.ConfigError):
+    with pytest.raises(ConfigError):
         ENVS.get("locate")(seed=0, repos="per-repo")
 
 
 def test_shared_repository_expert_snapshot_and_config():
     from agentrl_cli import config
-    from agentrl_cli.train.loop import make_spec
+    from agentrl_cli.context import make_spec
 
     s = make_spec(config.load(sets=["env.name=locate", "env.repos=shared"]))
     assert s.repos == "shared"
     check_expert_solves(s, s.tasks("eval")[:10] + s.tasks("train")[:10], random.Random(0))
     check_snapshot_restore(s, prefix=3, losing="answer(x.py)")
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(ConfigError):
         config.load(sets=["env.repos=one"])
     # other envs take the generic option and ignore it
     for name in ("search", "rules", "math"):

@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from agentrl_cli.config import ConfigError, EnvConfig
+from agentrl_cli.config import EnvConfig
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.envs import ENVS
 from agentrl_cli.envs.base import SECTION_OPTIONS, EnvOptionError, env_factory, make_env_spec
 

@@ -11,11 +11,14 @@ import pytest
 import torch
 
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.credit import focus_gain, refine_values, segment_td_advantages
 from agentrl_cli.credit.estimators import ESTIMATORS
 from agentrl_cli.credit.focus_estimator import focus_segment_advantages
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.engines.hf import HFEngine
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout import focus as focus_mod
+from agentrl_cli.rollout import planner
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.rollout.tree import Node, Tree
@@ -46,9 +49,9 @@ def linear_case(micro_policy):
     tasks = spec.tasks("train", 3)
     algo = _algo(focus_roots=2, focus_lam=0, focus_norm="none")   # the paper's TD(0), raw residuals
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
-    base = focus_mod.seed_base(torch.Generator().manual_seed(0))
+    base = planner.seed_base(torch.Generator().manual_seed(0))
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(2)]
-    gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
+    gens = [planner.path_generator(base, i) for i in range(len(pairs))]
     ref = run_episodes(HFEngine(model, fmt.pad_id), fmt, spec, pairs, SamplingParams(max_new_tokens=8),
                        512, batch_size=len(pairs), generator=gens)
     return res, ref, head, algo
@@ -166,7 +169,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
             # each segment is trained once: policy tokens only after the path's origin
             origin = tree.nodes[e.meta["focus_origin"]]
             assert all(m == 0 for m in e.response_mask[:origin.position])
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(ConfigError):
         CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_allocator="bogus")), tasks)
 
 
@@ -224,19 +227,19 @@ def test_gains_hand_computed_and_allocator_choice():
                     launched=launched, reward=reward, resumable=True)
 
     a = node(0, 0.3, 1, 1.0)                   # kappa 1, n 1, 0/1 outcome: 5 (v - c)^2 / 36
-    assert focus_mod.gain(a, 1.0, "plugin") == pytest.approx(5 * 0.49 / 36)
+    assert planner.gain(a, 1.0, "plugin") == pytest.approx(5 * 0.49 / 36)
     b = node(1, 0.3, 1, 1.0, inflight=1)       # n_eff = 2: MSE_2(1) - MSE_3(1)
-    assert focus_mod.gain(b, 1.0, "plugin") == pytest.approx(0.49 / 9 - 0.49 / 16)
+    assert planner.gain(b, 1.0, "plugin") == pytest.approx(0.49 / 9 - 0.49 / 16)
     c = node(2, 0.7, 2, 1.0, inflight=1)       # cbar 0.5, n_eff 3
     mse = lambda n: (0.2 ** 2 + n * 0.25) / (1 + n) ** 2  # noqa: E731
-    assert focus_mod.gain(c, 1.0, "plugin") == pytest.approx(mse(3) - mse(4))
+    assert planner.gain(c, 1.0, "plugin") == pytest.approx(mse(3) - mse(4))
     m = (0.7 + 2 * 0.5) / 3                    # bayes: m(1-m) / (kappa + n_eff + 1)^2
-    assert focus_mod.gain(c, 1.0, "bayes") == pytest.approx(m * (1 - m) / 25)
-    assert focus_mod.gain(node(3, 0.3, 0, 0.0, inflight=1), 1.0, "plugin") == 0.0
-    assert focus_mod.gain(node(4, 0.3, 1, 1.0, reward=1.0), 1.0, "plugin") == 0.0
+    assert planner.gain(c, 1.0, "bayes") == pytest.approx(m * (1 - m) / 25)
+    assert planner.gain(node(3, 0.3, 0, 0.0, inflight=1), 1.0, "plugin") == 0.0
+    assert planner.gain(node(4, 0.3, 1, 1.0, reward=1.0), 1.0, "plugin") == 0.0
     for nd in (a, b, c):
-        nd.g = focus_mod.gain(nd, 1.0, "plugin")
-    pick = focus_mod.ALLOCATORS.get
+        nd.g = planner.gain(nd, 1.0, "plugin")
+    pick = planner.ALLOCATORS.get
     assert pick("focus")([a, b, c], None) is a
     c.launched, a.launched, b.launched = 0, 2, 1
     assert pick("uniform")([a, b, c], None) is c
@@ -496,7 +499,7 @@ def test_focus_prior_reaches_the_estimator(micro_policy):
         mine = [v for e, v in zip(res.episodes, res.extras["focus_values"]) if e.group == tree.group]
         assert sorted(mine) == sorted(tree.path_values(p) for p in tree.paths)
     assert moved
-    with pytest.raises(config.ConfigError, match="focus_prior"):
+    with pytest.raises(ConfigError, match="focus_prior"):
         _algo(focus_prior="mean")
 
 
@@ -516,7 +519,7 @@ def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
             assert sorted(mine) == sorted(want)
         got[kind] = res.extras["focus_values"]
     assert got["refined"] != got["loo"]
-    with pytest.raises(config.ConfigError, match="focus_baseline"):
+    with pytest.raises(ConfigError, match="focus_baseline"):
         _algo(focus_baseline="mean")
 
 
@@ -552,7 +555,7 @@ def test_own_sample_counts_on_a_hand_built_tree():
     assert c.n == 1 + c.launched and a.n == 1 + (a.launched - a.own_inflight)
     # the in-flight continuation raises a's effective count: n_eff = 3
     a.v = 0.2
-    assert focus_mod.gain(a, 1.0, "plugin") == pytest.approx(
+    assert planner.gain(a, 1.0, "plugin") == pytest.approx(
         focus_gain(0.2, 2, 0.5, 1.0, n_inflight=1))
 
 

@@ -194,15 +194,7 @@ def test_the_length_check_finds_a_long_function(tmp_path):
 # registrations and the names it gathers for users, e.g. `credit`'s public math API).
 
 # Modules allowed to re-export, by module name, each with the reason.
-REEXPORT_EXCEPTIONS: dict[str, str] = {
-    "agentrl_cli.config": "re-exports ConfigError (to be removed)",
-    "agentrl_cli.engines.hf": "callers take SamplingParams from it (to be removed)",
-    "agentrl_cli.rollout.planner": "callers take Node from it (to be removed)",
-    "agentrl_cli.rollout.focus": "re-exports the planner's names (to be removed)",
-    "agentrl_cli.rollout.runner": "re-exports context.episode (to be removed)",
-    "agentrl_cli.rollout.workers": "re-exports the path scheduler's names (to be removed)",
-    "agentrl_cli.train.loop": "re-exports the learner's names (to be removed)",
-}
+REEXPORT_EXCEPTIONS: dict[str, str] = {}
 
 
 def _top_level(tree: ast.Module):

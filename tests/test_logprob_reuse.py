@@ -11,6 +11,7 @@ import torch
 from conftest import MICRO
 
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.credit.estimators import ESTIMATORS
 from agentrl_cli.train import learner as learner_mod
 from agentrl_cli.train.batch import collate, microbatches
@@ -144,7 +145,7 @@ def test_auto_and_multi_pass(micro_policy):
     assert learner_mod.engine_logprobs(hf) and not learner_mod.engine_logprobs(vllm)
     assert not learner_mod.engine_logprobs(config.load(method="grpo",
                                                 sets=MICRO + ["train.minibatches=2"]))
-    with pytest.raises(config.ConfigError, match="train.old_logprobs"):
+    with pytest.raises(ConfigError, match="train.old_logprobs"):
         config.load(sets=MICRO + ["train.old_logprobs=trainer"])
     # an update asked to run twice over a batch without old log-probs refuses
     model, _, fmt, _ = micro_policy

@@ -12,16 +12,17 @@ import torch
 
 from conftest import MICRO
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.config import AlgoConfig
 from agentrl_cli.credit.estimators import ESTIMATORS
 from agentrl_cli.envs.base import StepResult, Task
 from agentrl_cli.methods import METHODS
 from agentrl_cli.rollout.controllers import (CONTROLLERS, RolloutContext, overlong_penalty,
                                              shape_rewards)
-from agentrl_cli.rollout.runner import append_observation, append_turn, new_episode
+from agentrl_cli.context.episode import append_observation, append_turn, new_episode
 from agentrl_cli.train.batch import collate
 from agentrl_cli.train.prepare import PREPARERS
-from agentrl_cli.train.update import POLICY_LOSSES
+from agentrl_cli.train.policy_losses import POLICY_LOSSES
 
 
 
@@ -259,7 +260,7 @@ def test_recipes_are_complete_and_truthful():
     t = config.load(method="trace").algo
     assert (t.trace_eps, t.trace_k, t.gamma_td, t.lambda_term, t.alpha_out, t.alpha_turn) == \
         (0.1, 3, 0.8, 2.0, 1.0, 0.2)
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(ConfigError):
         config.load(method="dapo", sets=["algo.overlong_cache=10000"])
 
 
@@ -325,7 +326,8 @@ class _OneShotSpec:
 
 
 def _ctx(micro_policy, spec, budget=0, batch_size=8, **algo):
-    from agentrl_cli.engines.hf import HFEngine, SamplingParams
+    from agentrl_cli.engines.hf import HFEngine
+    from agentrl_cli.engines.base import SamplingParams
 
     model, _, fmt, _ = micro_policy
     return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, SamplingParams(max_new_tokens=6),

@@ -14,7 +14,7 @@ from agentrl_cli.models.critic import build_critic
 from agentrl_cli.models.sequences import (can_pack, logprobs_from_hidden, pack_rows,
                                           packed_hidden_states, unpack_next)
 from agentrl_cli.train.batch import forward, microbatches
-from agentrl_cli.train.loop import build_learner, score, update
+from agentrl_cli.train.learner import build_learner, score, update
 
 LENGTHS = [70, 33, 64, 20, 71, 45, 1, 2]
 

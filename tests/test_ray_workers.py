@@ -10,10 +10,15 @@ import pytest
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.config import ConfigError
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.errors import ConfigError
+from agentrl_cli.engines.hf import HFEngine
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout import planner as focus_mod
-from agentrl_cli.rollout import workers as W
+from agentrl_cli.rollout.executors import HFPathExecutor
+from agentrl_cli.rollout.pools import LocalPool, RayPool, ray_temp_dir
+from agentrl_cli.rollout.rollouts import open_rollouts
+from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+from agentrl_cli.rollout.values import CriticValues
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
 
@@ -70,9 +75,9 @@ def focus_case(micro_policy):
 def test_scheduler_builds_the_in_process_trees(micro_policy, focus_case, ticks):
     model, tok, fmt, spec = micro_policy
     ref, head, algo, tasks = focus_case
-    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
-    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=ticks)
-    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
+    runner = PathRunner(LocalPool(ex), CriticValues(model, head), ticks=ticks)
+    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
     _same(ref, res)
 
 
@@ -84,9 +89,9 @@ def test_scheduler_matches_in_process_under_a_token_budget(micro_policy, focus_c
     _, head, algo, tasks = focus_case
     algo = dataclasses.replace(algo, focus_evidence=evidence)
     ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks)
-    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
-    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=2)
-    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks,
+    ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
+    runner = PathRunner(LocalPool(ex), CriticValues(model, head), ticks=2)
+    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks,
                                           runner)
     assert ref.extras["metrics"]["focus/continuations"] > 0
     _same(ref, res)
@@ -96,9 +101,9 @@ def test_linear_paths_equal_runner_with_per_episode_generators(micro_policy):
     model, tok, fmt, spec = micro_policy
     algo = _cfg().algo
     tasks = spec.tasks("train", 2)
-    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=2)
-    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=3)
-    res = W.PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, batch_size=2, seed=5), tasks, runner)
+    ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=2)
+    runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=3)
+    res = PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, batch_size=2, seed=5), tasks, runner)
     base = focus_mod.seed_base(torch.Generator().manual_seed(5))
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(3)]
     gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
@@ -112,9 +117,9 @@ def test_linear_paths_equal_runner_with_per_episode_generators(micro_policy):
 
 def test_ray_temp_dir_falls_back_when_sockets_would_be_too_long(tmp_path):
     msgs = []
-    assert W.ray_temp_dir("/tmp/r", msgs.append) == "/tmp/r/ray" and not msgs
+    assert ray_temp_dir("/tmp/r", msgs.append) == "/tmp/r/ray" and not msgs
     deep = tmp_path / ("x" * 60)
-    short = W.ray_temp_dir(deep, msgs.append)
+    short = ray_temp_dir(deep, msgs.append)
     assert len(short) < 40 and "agentrl-ray-" in short
     assert len(msgs) == 1 and "too long" in msgs[0]
 
@@ -124,7 +129,7 @@ def test_workers_refuse_in_process_only_controllers(micro_policy):
     for sets, what in ((["rollout.workers=2"], "vine"), (["rollout.workers=2", "algo.dynamic_sampling=true"], "dynamic")):
         cfg = config.load(sets=MICRO + sets, method="vineppo" if what == "vine" else "dapo")
         with pytest.raises(ConfigError, match="in process only"):
-            W.open_rollouts(cfg, HFEngine(model, fmt.pad_id), fmt, spec, model, None, "/tmp/x")
+            open_rollouts(cfg, HFEngine(model, fmt.pad_id), fmt, spec, model, None, "/tmp/x")
 
 
 # ----------------------------------------------------------------------------- Ray
@@ -134,9 +139,9 @@ def test_workers_refuse_in_process_only_controllers(micro_policy):
 def ray_pool(micro_policy, tmp_path_factory):
     """One local Ray session (2 CPUs) and a pool of 2 workers for the whole module."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, _temp_dir=W.ray_temp_dir(tmp_path_factory.mktemp("r")),
+    ray.init(num_cpus=2, _temp_dir=ray_temp_dir(tmp_path_factory.mktemp("r")),
              include_dashboard=False, log_to_driver=False)
-    pool = W.RayPool(_cfg("rollout.workers=2", "rollout.batch_size=3"), 2, log=lambda s: None)
+    pool = RayPool(_cfg("rollout.workers=2", "rollout.batch_size=3"), 2, log=lambda s: None)
     pool.sync(micro_policy[0].state_dict())
     yield pool
     pool.close()
@@ -145,8 +150,8 @@ def ray_pool(micro_policy, tmp_path_factory):
 
 def test_two_ray_workers_build_the_in_process_trees(micro_policy, focus_case, ray_pool):
     ref, head, algo, tasks = focus_case
-    runner = W.PathRunner(ray_pool, W.CriticValues(micro_policy[0], head), ticks=4)
-    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    runner = PathRunner(ray_pool, CriticValues(micro_policy[0], head), ticks=4)
+    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
     _same(ref, res)
     assert set(runner.pool.futures) == set()
 
@@ -161,8 +166,8 @@ def test_weights_reach_the_workers(micro_policy, ray_pool):
     tasks = spec.tasks("train", 2)
     ray_pool.sync(changed.state_dict())
     try:
-        runner = W.PathRunner(ray_pool, W.CriticValues(changed, None), ticks=4)
-        res = W.PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, seed=9, group_size=2), tasks, runner)
+        runner = PathRunner(ray_pool, CriticValues(changed, None), ticks=4)
+        res = PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, seed=9, group_size=2), tasks, runner)
     finally:
         ray_pool.sync(model.state_dict())
     base = focus_mod.seed_base(torch.Generator().manual_seed(9))
@@ -188,9 +193,9 @@ def test_killed_worker_mid_step_still_yields_the_same_step(micro_policy, focus_c
             killed.append(victim)
 
     before = ray_pool.replaced
-    runner = W.PathRunner(ray_pool, W.CriticValues(micro_policy[0], head), ticks=2,
+    runner = PathRunner(ray_pool, CriticValues(micro_policy[0], head), ticks=2,
                           after_report=kill_after_second_report)
-    res = W.PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
     assert killed and ray_pool.replaced == before + 1
     _same(ref, res)
 
@@ -199,13 +204,13 @@ def test_scheduler_runs_context_operators_as_the_in_process_runner(micro_policy)
     """The path executor and the in-process runner share one token loop, so a context
     operator (compaction: nodes at context resets, continuations resuming the node's window)
     gives the same trees and episodes on the path scheduler."""
-    from agentrl_cli.train import loop
+    from agentrl_cli import context as context_mod
 
     model, tok, fmt, _ = micro_policy
     cfg = config.load(method="focus", sets=MICRO + [
         "env.max_turns=6", "context.operator=compaction", "context.threshold_tokens=110",
         "algo.focus_roots=1", "algo.focus_allocator=uniform"])
-    spec = loop.make_spec(cfg)
+    spec = context_mod.make_spec(cfg)
     head = random_value_head(model)
     tasks = spec.tasks("train", 2)
 
@@ -216,9 +221,9 @@ def test_scheduler_runs_context_operators_as_the_in_process_runner(micro_policy)
     ref = CONTROLLERS.get("focus")(ctx(), tasks)
     assert ref.extras["metrics"]["focus/continuations"] > 0
     assert all(len(ep.window_starts) >= 1 for ep in ref.episodes), "needs context resets"
-    ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 900, share=4)
-    runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, head), ticks=2)
-    res = W.PATH_CONTROLLERS.get("focus")(ctx(), tasks, runner)
+    ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 900, share=4)
+    runner = PathRunner(LocalPool(ex), CriticValues(model, head), ticks=2)
+    res = PATH_CONTROLLERS.get("focus")(ctx(), tasks, runner)
     _same(ref, res)
     assert [ep.window_starts for ep in res.episodes] == [ep.window_starts for ep in ref.episodes]
 
@@ -245,11 +250,11 @@ def test_scheduler_linear_honours_the_run_budget(micro_policy):
     tasks = spec.tasks("train", 6)
 
     def step(budget, carry, seed):
-        ex = W.HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=4)
-        runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=3)
+        ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=4)
+        runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=3)
         ctx = _ctx(micro_policy, algo, batch_size=4, seed=seed, budget=budget, group_size=2)
         ctx.carry = carry
-        return W.PATH_CONTROLLERS.get("linear")(ctx, tasks, runner)
+        return PATH_CONTROLLERS.get("linear")(ctx, tasks, runner)
 
     full = step(0, {}, 0)
     assert len(full.episodes) == 12

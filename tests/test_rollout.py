@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from agentrl_cli.engines.hf import HFEngine, KVBatch, SamplingParams
+from agentrl_cli.engines.hf import HFEngine, KVBatch
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.models.sequences import pad_episodes, token_logprobs
 from agentrl_cli.rollout.runner import run_episodes, run_expert
 

@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.cli.main import app
 from agentrl_cli.train import checkpoint, loop, run_folder
 from conftest import MICRO
@@ -403,5 +404,5 @@ def test_near_miss_suggestions_rank_edit_distance():
     assert suggest("gpro", METHODS.names()) == "grpo"
     assert suggest("foucs", METHODS.names()) == "focus"
     assert suggest("zzzzzz", METHODS.names()) is None
-    with pytest.raises(config.ConfigError, match="did you mean 'rollout.group_size'"):
+    with pytest.raises(ConfigError, match="did you mean 'rollout.group_size'"):
         config.load(sets=["rollout.groupsize=2"])

@@ -7,7 +7,7 @@ from agentrl_cli.cli.options import load_config
 from agentrl_cli.config import RunConfig
 from agentrl_cli.models.loading import tiny_recipe
 from agentrl_cli.models.tiny import TinyRecipe, cache_path, train_tokenizer
-from agentrl_cli.train.loop import make_spec
+from agentrl_cli.context import make_spec
 
 from env_checks import run_expert
 

@@ -10,6 +10,7 @@ import pytest
 from conftest import MICRO
 
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.reporting.metrics import MetricsLog, read_metrics
 
 
@@ -89,6 +90,6 @@ def test_wandb_is_imported_only_when_chosen_and_gets_the_rows(tmp_path, monkeypa
 
 
 def test_unknown_sink_is_a_config_error():
-    with pytest.raises(config.ConfigError, match="tensorboard, wandb"):
+    with pytest.raises(ConfigError, match="tensorboard, wandb"):
         config.load(sets=["train.log=tensorbord"])
     assert config.load(sets=["train.log=tensorboard,wandb"]).train.log == "tensorboard,wandb"

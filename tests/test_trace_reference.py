@@ -9,7 +9,9 @@ import torch
 
 from conftest import MICRO
 from agentrl_cli import config
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.errors import ConfigError
+from agentrl_cli.engines.hf import HFEngine
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.train.batch import collate
 from agentrl_cli.train.prepare import PREPARERS
@@ -83,5 +85,5 @@ def test_microbatches_respect_the_token_budget(micro_policy, monkeypatch):
 def test_trace_needs_a_reference(micro_policy, episodes):
     _, _, fmt, _ = micro_policy
     cfg = config.load(method="trace", sets=MICRO)
-    with pytest.raises(config.ConfigError):
+    with pytest.raises(ConfigError):
         PREPARERS.get("trace")(_Learner(None), collate(episodes, fmt.pad_id), episodes, fmt, cfg)

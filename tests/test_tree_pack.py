@@ -14,7 +14,7 @@ from agentrl_cli import config
 from agentrl_cli.models.critic import build_critic
 from agentrl_cli.models.sequences import tree_mask, tree_pack_rows
 from agentrl_cli.train.batch import Batch, forward, microbatches
-from agentrl_cli.train.loop import build_learner, score, update
+from agentrl_cli.train.learner import build_learner, score, update
 
 # (source row, tokens shared with it, own length): forks at depths 30, 60, 50 (from a fork), a
 # path identical to its source, a leaf that stops inside its source, and a second task's tree

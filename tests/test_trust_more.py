@@ -209,7 +209,7 @@ def test_a_model_that_is_not_there_fails_fast_offline(tmp_path, monkeypatch, cmd
 def test_an_unreachable_hub_is_asked_once_without_retries(tmp_path, monkeypatch):
     from huggingface_hub import HfApi
 
-    from agentrl_cli.train import setup
+    from agentrl_cli.train import preflight
 
     calls = []
 
@@ -219,12 +219,12 @@ def test_an_unreachable_hub_is_asked_once_without_retries(tmp_path, monkeypatch)
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(HfApi, "model_info", unreachable)
-    setup._ask_hub.cache_clear()
+    preflight._ask_hub.cache_clear()
     res = runner.invoke(app, ["train", "--model", "not/a-real-model2", "--out",
                               str(tmp_path / "run"), *_sets()])
     _one_line_exit_2(res, "model.name: 'not/a-real-model2' is not a local folder nor in the "
                           "Hugging Face cache, and the hub cannot be reached")
-    assert calls == [("not/a-real-model2", setup.HUB_TIMEOUT)]
+    assert calls == [("not/a-real-model2", preflight.HUB_TIMEOUT)]
     assert not (tmp_path / "run").exists()
 
 
@@ -336,18 +336,18 @@ def test_rows_in_flight_times_the_context_must_fit_in_memory(tmp_path, monkeypat
     x rollout.max_tokens of KV cache, plus the CPU attention of the longest prompt, against the
     available memory: over it is one line naming the keys, before the model loads."""
     import agentrl_cli.models.loading as ml
-    from agentrl_cli.train import setup
+    from agentrl_cli.train import preflight
 
     monkeypatch.setattr(ml, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     seen = []
-    real = setup.rollout_bytes
+    real = preflight.rollout_bytes
 
     def spy(model, rows, *a):
         seen.append(rows)
         return real(model, rows, *a)
 
-    monkeypatch.setattr(setup, "rollout_bytes", spy)
-    monkeypatch.setattr(setup, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(preflight, "rollout_bytes", spy)
+    monkeypatch.setattr(preflight, "available_memory", lambda: 10_000)
     out = tmp_path / "e.jsonl"
     res = runner.invoke(app, ["rollout", "--n", "3", "--out", str(out), *_sets(),
                               "--set", "rollout.batch_size=5",
@@ -356,7 +356,7 @@ def test_rows_in_flight_times_the_context_must_fit_in_memory(tmp_path, monkeypat
     assert "above the 0.0 GiB available" in res.output and not out.exists()
     assert seen == [10 if method else 3]
     # the micro model's KV cache at these sizes, from its config.json
-    kv, att = setup.rollout_bytes({"num_hidden_layers": 2, "num_attention_heads": 4,
+    kv, att = preflight.rollout_bytes({"num_hidden_layers": 2, "num_attention_heads": 4,
                                    "num_key_value_heads": 2, "head_dim": 32}, 3, 768, 100, 4, True)
     assert kv == 3 * 768 * 2 * 2 * 2 * 32 * 4 and att == 3 * 5 * 100 * 100 * 4
 

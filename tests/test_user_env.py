@@ -15,6 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from agentrl_cli import config
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.cli.main import app
 from agentrl_cli.envs.base import make_env_spec
 from agentrl_cli.envs.checker import check_env
@@ -105,7 +106,7 @@ def test_a_broken_fork_fails_check_env_and_focus_refuses_it(broken, model_dir, t
 
     cfg = config.load(method="vineppo", sets=[*MICRO, f"model.name={model_dir}"],
                       **{"env.name": f"{broken}:make"})
-    with pytest.raises(config.ConfigError, match="method vineppo forks episodes"):
+    with pytest.raises(ConfigError, match="method vineppo forks episodes"):
         train(cfg, out)
     assert not out.exists()
 

@@ -9,7 +9,8 @@ import torch
 
 from agentrl_cli.config import AlgoConfig
 from agentrl_cli.credit.estimators import ESTIMATORS
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.engines.hf import HFEngine
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.envs.search import SearchEnv
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes

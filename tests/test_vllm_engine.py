@@ -14,12 +14,14 @@ import torch
 from typer.testing import CliRunner
 
 from agentrl_cli import config
-from agentrl_cli.config import ConfigError
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.engines import ENGINES, check_engine
 from agentrl_cli.engines import vllm as vllm_mod
-from agentrl_cli.engines.hf import SamplingParams
+from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.models.sequences import token_logprobs
-from agentrl_cli.rollout import workers as W
+from agentrl_cli.rollout.pools import LocalPool
+from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+from agentrl_cli.rollout.values import CriticValues
 from agentrl_cli.rollout.controllers import RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.rollout.vllm_paths import VLLMPathExecutor
@@ -141,10 +143,10 @@ def test_vllm_path_executor_runs_focus_on_the_virtual_clock(micro_policy):
     results = []
     for ticks in (1, 3):
         ex = VLLMPathExecutor(FakeTurnEngine(model), fmt, spec, params, 512)
-        runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=ticks)
+        runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=ticks)
         ctx = RolloutContext(None, fmt, spec, params, 3, 512, 2, 0, torch.Generator().manual_seed(1),
                              algo=algo)
-        results.append(W.PATH_CONTROLLERS.get("focus")(ctx, tasks, runner))
+        results.append(PATH_CONTROLLERS.get("focus")(ctx, tasks, runner))
     a, b = results
     assert a.extras["metrics"]["focus/continuations"] > 0 and len(a.episodes) == 6
     assert [e.token_ids for e in a.episodes] == [e.token_ids for e in b.episodes]

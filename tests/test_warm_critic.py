@@ -11,7 +11,7 @@ from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.models.sequences import hidden_states, pad_episodes
 from agentrl_cli.models.tiny import VALUE_HEAD
 from agentrl_cli.train.tiny_build import fit_value_head
-from agentrl_cli.train.loop import build_learner
+from agentrl_cli.train.learner import build_learner
 
 
 def test_fit_saves_a_head_the_learner_starts_from(micro_policy, tmp_path):

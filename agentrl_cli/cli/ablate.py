@@ -112,7 +112,7 @@ def _cell_configs(sweep, seeds: int) -> list:
     work: values, plugin names, the held-out tasks within the eval split, and the sweep's
     last seed within the seed's bounds."""
     from ..errors import ConfigError
-    from ..train.setup import check_eval_tasks
+    from ..train.preflight import check_eval_tasks
 
     configs = [sweep.cell_config(c, sweep.seeds[0]) for c in sweep.cells]
     for cfg in configs:

@@ -18,7 +18,7 @@ def check_env_cmd(
     """Check that an env meets the protocol the trainer relies on (types, rewards, step limit, snapshot/restore, determinism, gold answers, malformed actions): one line per problem and exit code 2, or a one-line OK. Example: agentrl check-env examples/calculator_env.py:make --set env.n_ops=1"""
     from ..envs.base import make_env_spec
     from ..envs.checker import check_env
-    from ..train.setup import load_checked
+    from ..train.preflight import load_checked
 
     sets = list(set_ or []) + ([f"env.seed={seed}"] if seed is not None else [])
     cfg = load_checked(str(config) if config else None, sets, **{"env.name": env})

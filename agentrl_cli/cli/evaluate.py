@@ -62,7 +62,7 @@ def eval_cmd(
         run = None
         cfg = load_config(config, set_, benchmark=benchmark, env=env, model=model, engine=engine,
                           seed=seed)
-    from ..train.setup import check_eval_tasks
+    from ..train.preflight import check_eval_tasks
     check_eval_tasks(cfg, tasks, "--tasks" if tasks else "train.eval_tasks")
     tasks = tasks or cfg.train.eval_tasks
     n = n if n is not None else max(cfg.train.eval_samples, pass_k or 1)
@@ -85,7 +85,7 @@ def eval_cmd(
     console.print(f"evaluating {label} on {cfg.env.name}: {tasks} held-out tasks x {n} samples"
                   + (f" = {same}" if same else ""), highlight=False)
     ensure_model(cfg)                     # `tiny`: built once, before the bar
-    from ..train.setup import check_rollout_memory
+    from ..train.preflight import check_rollout_memory
     check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", tasks)   # prompts, rows x context
     with _Progress(console, tasks * n) as bar:
         res = run_eval(cfg, n=n, k_max=pass_k, n_tasks=tasks, greedy=greedy, seed=sample_seed,

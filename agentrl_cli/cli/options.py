@@ -32,7 +32,7 @@ def load_config(config: Path | None, sets: list[str] | None, benchmark: str | No
     naming a benchmark's env applies the same presets."""
     from ..errors import ConfigError
     from ..envs.benchmarks import get_benchmark, load_benchmarks
-    from ..train.setup import load_checked
+    from ..train.preflight import load_checked
 
     f = flags(**kw)
     method = f.pop("_method")

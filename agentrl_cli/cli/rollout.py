@@ -56,14 +56,14 @@ def rollout_cmd(
     _build_model(cfg, policy, split)
     tree = policy == "model" and method is not None and cfg.algo.controller == "focus"
     if policy == "model":                 # prompts within max_tokens, rows x context in memory
-        from ..train.setup import check_rollout_memory
+        from ..train.preflight import check_rollout_memory
         check_rollout_memory(cfg, 2 * cfg.rollout.batch_size if tree else min(n, cfg.rollout.batch_size),
                              split, n if tree else -(-n // (group_size or 1)))
     trees = budget = None
     # trees only when asked for by name: the default recipe (focus) must not turn a plain
     # `agentrl rollout` into tree search
     if policy == "model" and method is not None and cfg.algo.controller == "focus":
-        from ..train.trees import collect_trees
+        from ..train.rollout_trees import collect_trees
         eps, trees, budget = collect_trees(cfg, n=n, split=split, group_size=group_size,
                                            log=lambda m: Console().print(m, highlight=False))
     else:

@@ -72,7 +72,7 @@ def train_cmd(
     else:
         cfg = load_config(config, sets, benchmark=benchmark, method=method, env=env, model=model,
                           engine=engine, seed=seed, out=out)
-        from ..train.setup import check_eval_tasks
+        from ..train.preflight import check_eval_tasks
         check_eval_tasks(cfg)
         out_dir = default_out(cfg)
         cfg = dataclasses.replace(cfg, out=str(out_dir))

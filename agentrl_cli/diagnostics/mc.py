@@ -118,7 +118,8 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
     """`n` fresh continuations from each state (batched `rollout.batch_size` at a time)."""
     from ..context.windows import resume_from_visible
     from ..rollout.controllers import RolloutContext, shape_rewards
-    from ..rollout.runner import LiveEpisode, drive_batch, new_episode
+    from ..context.episode import LiveEpisode, new_episode
+    from ..rollout.runner import drive_batch
 
     jobs = [i for i in range(len(states)) for _ in range(n)]
     out: list[list[Episode]] = [[] for _ in states]

@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from ..engines.hf import SamplingParams
+from ..engines.base import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..metrics import aggregate_pass
 from ..models.chat import ChatFormat

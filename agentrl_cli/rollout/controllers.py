@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from ..config import AlgoConfig
-from ..engines.hf import SamplingParams
+from ..engines.base import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
 from ..registry import Registry

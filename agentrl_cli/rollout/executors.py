@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from ..engines.hf import SamplingParams
+from ..engines.base import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
 from ..types import Episode
 from .planner import path_generator
-from .runner import LiveEpisode, append_turn, apply_step
+from ..context.episode import LiveEpisode, append_turn, apply_step
 from .token_loop import LoopPath, TokenLoop
 
 INF = math.inf

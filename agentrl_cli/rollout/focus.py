@@ -2,7 +2,7 @@
 generation budget where the critic is most wrong (docs/methods.md, focus).
 
 The trees, the allocator, the budget and every bookkeeping rule are `planner.FocusPlanner`'s
-(shared with the path scheduler of `rollout.workers`); this module is its in-process driver: it
+(shared with the path scheduler, `rollout.scheduler`); this module is its in-process driver: it
 moves tokens through one engine and tells the planner what happened.
 
 Engine: the per-token loop of `rollout.token_loop` (shared with the path executors of the
@@ -34,20 +34,18 @@ look at the operator.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from ..context.windows import visible_ids
 from ..models.critic import is_separate
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
-from .planner import (ALLOCATORS, FocusPlanner, Node, PlanPath, env_snapshot, gain,
-                      path_generator, pick_continuation, seed_base)
-from .runner import LiveEpisode
+from ..context.episode import LiveEpisode
+from .planner import FocusPlanner, PlanPath, env_snapshot, path_generator, seed_base
 from .token_loop import LoopPath, TokenLoop
+from .tree import Node
 from .values import critic_values, head_values
-
-__all__ = ["ALLOCATORS", "FocusRunner", "gain", "path_generator", "pick_continuation", "seed_base"]
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The FOCUS planner: the trees, the allocator and the launch/absorb rules of one step, with no
 engine (docs/methods.md, focus). Two drivers compose it and only move tokens:
-`rollout.focus.FocusRunner` (one in-process KV batch) and `rollout.workers.PathScheduler`
+`rollout.focus.FocusRunner` (one in-process KV batch) and `rollout.scheduler.PathScheduler`
 (path executors, local or on Ray workers, on a virtual clock). Whatever a rule decides (which
 node gets the next continuation, when the budget is spent, what a continuation's episode
 inherits, how a path's outcome counts as evidence, what the step reports) is written here once,
@@ -53,13 +53,13 @@ from typing import Any, Callable
 
 import torch
 
+from ..context.episode import new_episode, start_context
 from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..registry import Registry
 from ..types import Episode
 from .controllers import RolloutContext, RolloutResult, record_spend, shape_rewards, spend_limit
-from .runner import new_episode, start_context
 from .tree import Node, Tree
 
 # ----------------------------------------------------------------------------- RNG

@@ -17,19 +17,11 @@ from typing import Callable
 
 import torch
 
-from ..context.episode import (LiveEpisode, append_observation, append_turn, apply_step,
-                               new_episode, start_context, step_env)
-from ..engines.hf import SamplingParams
+from ..context.episode import LiveEpisode, append_turn, apply_step, new_episode, start_context
+from ..engines.base import SamplingParams
 from ..envs.base import EnvSpec, Task, TextEnv
 from ..models.chat import ChatFormat
 from ..types import Episode, Turn
-
-__all__ = ["LiveEpisode", "advance", "append_observation", "append_turn", "apply_step",
-           "drive_batch", "new_episode", "run_episodes", "run_expert", "start_context",
-           "step_env"]
-
-
-_Live = LiveEpisode  # the former private name, kept for existing callers
 
 
 def advance(live: LiveEpisode, fmt: ChatFormat, turn: Turn, max_tokens: int,

@@ -17,7 +17,7 @@ after tick j samples its k-th token at tick j + k. Executors label every event w
 virtual tick (they are free to run ahead), and the scheduler processes events in (tick, path id)
 order, only up to the smallest tick every in-flight path has reported through; allocation happens
 exactly where the in-process runner would do it (after a tick in which a path finished), with
-the same token spend. Every path samples from its own generator (`focus.path_generator`), so
+the same token spend. Every path samples from its own generator (`planner.path_generator`), so
 with the same seeds the scheduler builds the same trees and episodes as the in-process runner,
 whatever the number of workers (tested with 1 executor and with 2 Ray workers, one killed
 mid-step). The price is latency, not work: a freed slot is refilled once the slowest in-flight

@@ -20,12 +20,14 @@ from typing import Callable
 
 import torch
 
+from ..context.episode import LiveEpisode, append_turn
 from ..context.windows import visible_ids, visible_len
-from ..engines.hf import SamplingParams, sample_rows
+from ..engines.base import SamplingParams
+from ..engines.hf import sample_rows
 from ..models.chat import ChatFormat
 from ..types import Episode
 from .planner import compact_rows
-from .runner import LiveEpisode, advance, append_turn
+from .runner import advance
 
 
 @dataclass

@@ -17,7 +17,7 @@ instead, the earlier reading.
 
 The bookkeeping rules live here, once: `start_path` (a root episode or a continuation is
 launched), `grow` (a running path reached a new state) and `land` (a path finished). The
-in-process runner (`rollout.focus`), the path scheduler (`rollout.workers`) and the audit-tree
+in-process runner (`rollout.focus`), the path scheduler (`rollout.scheduler`) and the audit-tree
 simulation (`diagnostics.audit`) all call them.
 """
 from __future__ import annotations

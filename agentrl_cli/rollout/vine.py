@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from ..types import Episode
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult, run_groups, shape_rewards
 from ..context.windows import resume_from_visible, visible_ids
-from .runner import LiveEpisode, drive_batch, new_episode
+from ..context.episode import LiveEpisode, new_episode
+from .runner import drive_batch
 
 
 @dataclass

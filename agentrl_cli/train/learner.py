@@ -24,7 +24,7 @@ from ..models.sequences import can_pack, tree_packable
 from ..models.tiny import VALUE_HEAD
 from .batch import Batch, forward, microbatches, trim
 from .distributed import Local
-from .update import POLICY_LOSSES
+from .policy_losses import POLICY_LOSSES
 
 
 @dataclass

@@ -33,20 +33,16 @@ from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
 from ..reporting.plots import learning_curve
 from ..rollout.controllers import RolloutContext
-from ..rollout.workers import Rollouts, open_rollouts
+from ..rollout.rollouts import Rollouts, open_rollouts
 from . import checkpoint
 from .batch import collate
 from .distributed import Local, from_env
-from .learner import Learner, build_learner, initial_critic, score, update
+from .learner import Learner, build_learner, score, update
+from .preflight import check_run_memory
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
-from .setup import check_run_memory
-from .traces import trace_due, write_trace
 from .tiny_build import load_policy
-
-__all__ = ["Learner", "Run", "TaskSampler", "build_learner", "evaluate_run", "finish",
-           "initial_critic", "make_spec", "open_run", "run_step", "save", "score",
-           "step_budget", "step_seed", "train", "update", "linear_step_tokens"]
+from .traces import trace_due, write_trace
 
 
 class TaskSampler:

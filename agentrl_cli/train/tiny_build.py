@@ -201,7 +201,7 @@ def fit_value_head(model, engine, fmt, spec, tasks, n_episodes: int, max_tokens:
     trainer starts its value head from it (`train.learner.build_learner`)."""
     from safetensors.torch import save_file
 
-    from ..engines.hf import SamplingParams
+    from ..engines.base import SamplingParams
     from ..models.sequences import hidden_states, pad_episodes
     from ..rollout.runner import run_episodes
 
@@ -343,7 +343,7 @@ def _sft_step(model, opt, batch, fmt, recipe: TinyRecipe, lr: float) -> torch.Te
 def _success(model, engine, fmt, spec, tasks, samples: int, recipe: TinyRecipe,
              gen: torch.Generator) -> float:
     """Success of `samples` sampled episodes (temperature 1) per task."""
-    from ..engines.hf import SamplingParams
+    from ..engines.base import SamplingParams
     from ..rollout.runner import run_episodes
 
     model.eval()

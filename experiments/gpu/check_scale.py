@@ -93,12 +93,15 @@ def _timed(fn):
 
 def bench(folder: Path, device: str, engines: list[str], n_tasks: int, group: int) -> dict:
     from agentrl_cli.engines import build_engine
-    from agentrl_cli.engines.hf import SamplingParams
+    from agentrl_cli.engines.base import SamplingParams
     from agentrl_cli.models.loading import load_policy
-    from agentrl_cli.rollout import workers as W
+    from agentrl_cli.rollout.executors import HFPathExecutor
+    from agentrl_cli.rollout.pools import LocalPool
+    from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+    from agentrl_cli.rollout.values import CriticValues
     from agentrl_cli.rollout.controllers import RolloutContext
     from agentrl_cli.rollout.runner import run_episodes
-    from agentrl_cli.train.loop import make_spec
+    from agentrl_cli.context import make_spec
 
     cfg = _cfg(folder, "hf", device)
     model, tok, fmt, _ = load_policy(cfg, log=lambda s: None)
@@ -126,9 +129,9 @@ def bench(folder: Path, device: str, engines: list[str], n_tasks: int, group: in
         report("hf lock-step", eps, secs)
         ctx = RolloutContext(hf, fmt, spec, params, group, cfg.rollout.max_tokens, len(pairs), 0,
                              torch.Generator().manual_seed(7), algo=cfg.algo)
-        ex = W.HFPathExecutor(hf, fmt, spec, params, cfg.rollout.max_tokens, share=len(pairs))
-        runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=1)
-        res, secs = _timed(lambda: W.PATH_CONTROLLERS.get("linear")(ctx, tasks, runner))
+        ex = HFPathExecutor(hf, fmt, spec, params, cfg.rollout.max_tokens, share=len(pairs))
+        runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=1)
+        res, secs = _timed(lambda: PATH_CONTROLLERS.get("linear")(ctx, tasks, runner))
         report("hf path scheduler", res.episodes, secs)
     if "vllm" in engines:
         import vllm
@@ -145,8 +148,8 @@ def bench(folder: Path, device: str, engines: list[str], n_tasks: int, group: in
         ctx = RolloutContext(engine, fmt, spec, params, group, cfg.rollout.max_tokens, len(pairs), 0,
                              torch.Generator().manual_seed(7), algo=cfg.algo)
         ex = engine.path_executor(fmt, spec, params, cfg.rollout.max_tokens)
-        runner = W.PathRunner(W.LocalPool(ex), W.CriticValues(model, None), ticks=1)
-        res, secs = _timed(lambda: W.PATH_CONTROLLERS.get("linear")(ctx, tasks, runner))
+        runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=1)
+        res, secs = _timed(lambda: PATH_CONTROLLERS.get("linear")(ctx, tasks, runner))
         report("vllm path scheduler", res.episodes, secs)
         stops = sum(e.token_ids[t.end - 1] in fmt.stop_ids or t.end - t.start == params.max_new_tokens
                     for e in res.episodes for t in e.turns)

@@ -23,7 +23,7 @@ def check_names(cfg: RunConfig) -> RunConfig:
     from ..engines import ENGINES
     from ..envs import ENVS
     from ..rollout.controllers import CONTROLLERS
-    from .update import POLICY_LOSSES
+    from .policy_losses import POLICY_LOSSES
 
     for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
                       (ESTIMATORS, cfg.algo.estimator), (POLICY_LOSSES, cfg.algo.loss),

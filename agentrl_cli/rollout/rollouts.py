@@ -1,7 +1,7 @@
-"""The trainer's view of rollouts: `open_rollouts` gives a step's controller and keeps the
-generators' weights current, in process or on Ray rollout workers.
+"""The trainer's rollouts: `open_rollouts` gives a step's controller and keeps the generators'
+weights current, in process or on Ray rollout workers.
 
-Rollouts beyond one in-process engine are in:
+What it composes lives beside it:
 - `rollout.executors`: path jobs, the events they report, and the executors that run them on
   one engine (`rollout.vllm_paths` for vLLM);
 - `rollout.pools`: one executor in this process, or Ray actors (`RolloutWorker`) each with its
@@ -9,7 +9,6 @@ Rollouts beyond one in-process engine are in:
 - `rollout.scheduler`: the path scheduler (FOCUS over a pool, on a virtual clock) and the path
   controllers (`PATH_CONTROLLERS`: focus, linear);
 - `rollout.values`: critic values at token positions (`CriticValues`).
-Their public names are re-exported here.
 """
 from __future__ import annotations
 
@@ -25,15 +24,9 @@ from ..envs.base import EnvSpec, Task
 from ..errors import ConfigError
 from ..models.chat import ChatFormat
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
-from .executors import HFPathExecutor, PathEvent, PathExecutor, PathJob, Report
-from .pools import RAY_TICKS, LocalPool, RayPool, RolloutWorker, make_executor, open_ray, ray_temp_dir
-from .scheduler import PATH_CONTROLLERS, PathRunner, PathScheduler, focus_paths, linear_paths
+from .pools import RAY_TICKS, LocalPool, RayPool, make_executor, open_ray
+from .scheduler import PATH_CONTROLLERS, PathRunner
 from .values import CriticValues
-
-__all__ = ["CriticValues", "HFPathExecutor", "LocalPool", "PATH_CONTROLLERS", "PathEvent",
-           "PathExecutor", "PathJob", "PathRunner", "PathScheduler", "RAY_TICKS", "RayPool",
-           "Report", "RolloutWorker", "Rollouts", "focus_paths", "linear_paths", "make_executor",
-           "open_ray", "open_rollouts", "ray_temp_dir"]
 
 
 @dataclass
