@@ -163,13 +163,9 @@ class Sweep:
 def measure_budget(cfg: RunConfig) -> int:
     """Tokens one linear rollout step of `cfg` generates (step 1's tasks, the initial policy):
     `train.loop.linear_step_tokens`, what `rollout.budget_match` gives a run of `cfg`."""
-    from .context import make_spec
-    from .engines import build_engine
-    from .train.loop import linear_step_tokens
-    from .train.tiny_build import load_policy
+    from .train.loop import initial_runtime, linear_step_tokens
 
-    model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
-    return linear_step_tokens(cfg, build_engine(cfg, model, fmt), fmt, make_spec(cfg))
+    return linear_step_tokens(initial_runtime(cfg, log=lambda s: None))
 
 
 def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None],

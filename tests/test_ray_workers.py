@@ -17,6 +17,7 @@ from agentrl_cli.rollout import planner as focus_mod
 from agentrl_cli.rollout.executors import HFPathExecutor
 from agentrl_cli.rollout.pools import LocalPool, RayPool, ray_temp_dir
 from agentrl_cli.rollout.rollouts import open_rollouts
+from agentrl_cli.rollout.runtime import Runtime
 from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
 from agentrl_cli.rollout.values import CriticValues
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
@@ -129,7 +130,8 @@ def test_workers_refuse_in_process_only_controllers(micro_policy):
     for sets, what in ((["rollout.workers=2"], "vine"), (["rollout.workers=2", "algo.dynamic_sampling=true"], "dynamic")):
         cfg = config.load(sets=MICRO + sets, method="vineppo" if what == "vine" else "dapo")
         with pytest.raises(ConfigError, match="in process only"):
-            open_rollouts(cfg, HFEngine(model, fmt.pad_id), fmt, spec, model, None, "/tmp/x")
+            rt = Runtime(cfg, model, tok, fmt, "", spec, HFEngine(model, fmt.pad_id), PARAMS)
+            open_rollouts(rt, None, "/tmp/x")
 
 
 # ----------------------------------------------------------------------------- Ray

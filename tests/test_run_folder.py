@@ -86,7 +86,7 @@ def _no_work(monkeypatch):
     import agentrl_cli.models.loading as ml
     import agentrl_cli.rollout.runner as rr
 
-    monkeypatch.setattr(loop, "load_policy", boom)
+    monkeypatch.setattr(loop, "initial_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
     monkeypatch.setattr(er, "run_eval", boom)
     monkeypatch.setattr(rr, "run_expert", boom)

@@ -334,7 +334,7 @@ def test_resume_refuses_options_that_change_the_run(micro_run, tmp_path, monkeyp
 
     def boom(*a, **k):
         raise AssertionError("work started before the mistake was reported")
-    monkeypatch.setattr(loop, "load_policy", boom)
+    monkeypatch.setattr(loop, "initial_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
     res = runner.invoke(app, ["train", "--resume", str(run), *args])
     _one_line_exit_2(res, needle)
@@ -346,7 +346,7 @@ def test_resume_on_a_finished_run_leaves_it(micro_run, tmp_path, monkeypatch):
 
     run = _copy(micro_run, tmp_path / "run")
     before = _snapshot(run)
-    monkeypatch.setattr(loop, "load_policy", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(loop, "initial_runtime", lambda *a, **k: pytest.fail("work started"))
     res = runner.invoke(app, ["train", "--resume", str(run)])
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
@@ -429,7 +429,7 @@ def test_cross_key_and_bound_mistakes_are_one_line(tmp_path, monkeypatch, args, 
 
     def boom(*a, **k):
         raise AssertionError("work started before the mistake was reported")
-    monkeypatch.setattr(loop, "load_policy", boom)
+    monkeypatch.setattr(loop, "initial_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, args)

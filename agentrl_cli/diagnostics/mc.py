@@ -55,20 +55,17 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
     latest checkpoint), or of `cfg.model` when `ckpt` is None (no critic then)."""
     import dataclasses
 
-    from ..context import make_spec
-    from ..engines import build_engine, sampling_params
-    from ..models.loading import load_policy
+    from ..rollout.runtime import build_runtime
     from ..train import checkpoint
 
     head_dir = None
     if ckpt is not None:
         head_dir = checkpoint.find(ckpt)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
-    model, _, fmt, path = load_policy(cfg, log=lambda s: None)
-    head = load_critic(head_dir, model) if head_dir else None
-    engine = build_engine(cfg, model, fmt)
-    params = sampling_params(cfg)
-    return Policy(cfg, model, fmt, make_spec(cfg), engine, params, head, str(head_dir or path))
+    rt = build_runtime(cfg, log=lambda s: None)
+    head = load_critic(head_dir, rt.model) if head_dir else None
+    return Policy(cfg, rt.model, rt.fmt, rt.spec, rt.engine, rt.params, head,
+                  str(head_dir or rt.model_path))
 
 
 @dataclass

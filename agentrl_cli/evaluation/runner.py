@@ -73,14 +73,9 @@ def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False,
              seed: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
     """`agentrl eval`'s library function: load the policy from config and evaluate it on the
     first `n_tasks` held-out tasks, `n` samples each (sampling seed: `seed`, else cfg.seed)."""
-    from ..context import make_spec
-    from ..engines import build_engine, sampling_params
-    from ..models.loading import load_policy
+    from ..rollout.runtime import build_runtime
 
-    model, _, fmt, _ = load_policy(cfg)
-    spec = make_spec(cfg)
-    engine = build_engine(cfg, model, fmt)
-    params = sampling_params(cfg, greedy=greedy)
-    return evaluate(engine, fmt, spec, spec.tasks("eval", n_tasks), n, params,
+    rt = build_runtime(cfg, greedy=greedy)
+    return evaluate(rt.engine, rt.fmt, rt.spec, rt.spec.tasks("eval", n_tasks), n, rt.params,
                     cfg.rollout.max_tokens, cfg.rollout.batch_size,
                     seed=cfg.seed if seed is None else seed, k_max=k_max, progress=progress)

@@ -12,22 +12,21 @@ from ..types import Episode
 def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
             group_size: int = 1) -> list[Episode]:
     from ..context import make_spec
-    from ..engines import build_engine, sampling_params
-    from ..models.loading import load_policy
     from .runner import run_episodes, run_expert
+    from .runtime import build_runtime
 
-    spec = make_spec(cfg)
-    n_tasks = -(-n // group_size)
-    tasks = spec.tasks(split, n_tasks)
-    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(group_size)][:n]
-    if policy == "expert":
-        return run_expert(expert_format(cfg, spec), spec, pairs, cfg.rollout.max_tokens,
+    def pairs(spec):
+        tasks = spec.tasks(split, -(-n // group_size))
+        return [(t, g) for g, t in enumerate(tasks) for _ in range(group_size)][:n]
+
+    if policy == "expert":                # no model: the env spec alone
+        spec = make_spec(cfg)
+        return run_expert(expert_format(cfg, spec), spec, pairs(spec), cfg.rollout.max_tokens,
                           seed=cfg.seed)
-    model, _, fmt, _ = load_policy(cfg)
-    engine = build_engine(cfg, model, fmt)
-    params = sampling_params(cfg)
-    return run_episodes(engine, fmt, spec, pairs, params, cfg.rollout.max_tokens,
-                        cfg.rollout.batch_size, torch.Generator().manual_seed(cfg.seed))
+    rt = build_runtime(cfg)
+    return run_episodes(rt.engine, rt.fmt, rt.spec, pairs(rt.spec), rt.params,
+                        cfg.rollout.max_tokens, cfg.rollout.batch_size,
+                        torch.Generator().manual_seed(cfg.seed))
 
 
 def expert_format(cfg: RunConfig, spec):

@@ -18,7 +18,6 @@ from typing import Any, Callable
 import torch
 
 from ..config import RunConfig
-from ..engines import sampling_params
 from ..errors import ConfigError
 from .executors import HFPathExecutor, PathExecutor, PathJob, Report
 
@@ -160,17 +159,13 @@ class RolloutWorker:
     built from the run's config (the model folder must be readable at the same path)."""
 
     def __init__(self, cfg: RunConfig, share: int, import_path: list[str] | None = None):
-        from ..context import make_spec
-
         sys.path.extend(p for p in import_path or [] if p not in sys.path)
-        from ..engines import build_engine
-        from ..models.loading import load_policy
+        from .runtime import build_runtime
 
         torch.set_num_threads(1)  # one CPU per actor (its Ray resource)
-        model, _, fmt, _ = load_policy(cfg, log=lambda s: None)
-        self.engine = build_engine(cfg, model, fmt)
-        params = sampling_params(cfg)
-        self.executor = make_executor(self.engine, fmt, make_spec(cfg), params,
+        rt = build_runtime(cfg, log=lambda s: None)
+        self.engine = rt.engine
+        self.executor = make_executor(rt.engine, rt.fmt, rt.spec, rt.params,
                                       cfg.rollout.max_tokens, share)
 
     def ready(self) -> bool:

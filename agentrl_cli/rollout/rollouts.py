@@ -18,14 +18,12 @@ from typing import Callable
 
 import torch
 
-from ..config import RunConfig
-from ..engines import sampling_params
-from ..envs.base import EnvSpec, Task
+from ..envs.base import Task
 from ..errors import ConfigError
-from ..models.chat import ChatFormat
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .pools import RAY_TICKS, LocalPool, RayPool, make_executor, open_ray
 from .scheduler import PATH_CONTROLLERS, PathRunner
+from .runtime import Runtime
 from .values import CriticValues
 
 
@@ -43,14 +41,15 @@ class Rollouts:
     info: str = "in-process"
 
 
-def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model, critic,
-                  out: Path, log: Callable[[str], None] = print) -> Rollouts:
-    """The trainer's rollouts. In process: the registry controller on `engine` (`hf`: token
-    level), or, for a turn-level engine (`vllm`) and a controller in `PATH_CONTROLLERS`, the
-    path controller on a local executor of that engine (DAPO dynamic sampling, `vine` and
-    evaluation use the engine's lock-step `new_batch`). With `rollout.workers > 0`: the path
-    controller on Ray workers. `model`/`critic` give FOCUS its critic values."""
-    name = cfg.algo.controller
+def open_rollouts(rt: Runtime, critic, out: Path,
+                  log: Callable[[str], None] = print) -> Rollouts:
+    """The trainer's rollouts of `rt.cfg`. In process: the registry controller on `rt.engine`
+    (`hf`: token level), or, for a turn-level engine (`vllm`) and a controller in
+    `PATH_CONTROLLERS`, the path controller on a local executor of that engine (DAPO dynamic
+    sampling, `vine` and evaluation use the engine's lock-step `new_batch`). With
+    `rollout.workers > 0`: the path controller on Ray workers (each builds its own runtime).
+    `rt.model`/`critic` give FOCUS its critic values."""
+    cfg, engine, name = rt.cfg, rt.engine, rt.cfg.algo.controller
     sync = getattr(engine, "load_weights", None) or (lambda m: None)
     release = getattr(engine, "release", None) or (lambda: None)
     if cfg.rollout.workers == 0 and (getattr(engine, "token_level", True)
@@ -69,10 +68,9 @@ def open_rollouts(cfg: RunConfig, engine, fmt: ChatFormat, spec: EnvSpec, model,
     if cfg.algo.dynamic_sampling:
         raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
     controller = PATH_CONTROLLERS.get(name)
-    values = CriticValues(model, critic)
+    values = CriticValues(rt.model, critic)
     if cfg.rollout.workers == 0:
-        params = sampling_params(cfg)
-        executor = make_executor(engine, fmt, spec, params, cfg.rollout.max_tokens)
+        executor = make_executor(engine, rt.fmt, rt.spec, rt.params, cfg.rollout.max_tokens)
         runner = PathRunner(LocalPool(executor), values, ticks=1)
 
         def run_local(ctx, tasks):

@@ -21,9 +21,8 @@ from typing import Callable
 import torch
 
 from ..config import RunConfig, step_seed
-from ..context import make_spec
 from ..credit.estimators import ESTIMATORS
-from ..engines import build_engine, check_engine, sampling_params
+from ..engines import check_engine
 from ..envs.checker import require_fork
 from ..errors import ConfigError
 from ..evaluation.runner import evaluate
@@ -33,7 +32,9 @@ from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
 from ..reporting.plots import learning_curve
 from ..rollout.controllers import RolloutContext
+from ..rollout.matched_budget import matched_budget
 from ..rollout.rollouts import Rollouts, open_rollouts
+from ..rollout.runtime import Runtime, build_runtime
 from . import checkpoint
 from .batch import collate
 from .distributed import Local, from_env
@@ -41,7 +42,7 @@ from .learner import Learner, build_learner, score, update
 from .preflight import check_run_memory
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
-from .tiny_build import load_policy
+from .tiny_build import ensure_model
 from .traces import trace_due, write_trace
 
 
@@ -76,17 +77,20 @@ def step_budget(cfg: RunConfig, base: dict) -> int:
     return max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"]))
 
 
-def linear_step_tokens(cfg: RunConfig, engine, fmt, spec) -> int:
-    """Tokens one linear rollout step of `cfg` generates with the engine's current (initial)
-    policy: step 1's tasks x `rollout.group_size`, sampled with step 1's seed. The matched
-    budget, wherever one is needed (`rollout.budget_match`, `agentrl ablate`)."""
-    from ..rollout.runner import run_episodes
+def linear_step_tokens(rt: Runtime) -> int:
+    """The matched budget of a run of `rt.cfg` (`rollout.matched_budget`): the tokens one linear
+    step generates with the runtime's current (initial) policy on step 1's tasks x
+    `rollout.group_size`, sampled with step 1's seed. Wherever one is needed
+    (`rollout.budget_match`, `agentrl ablate`)."""
+    cfg = rt.cfg
+    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
+    return matched_budget(rt, tasks, cfg.rollout.group_size, step_seed(cfg.seed, 1))
 
-    tasks = TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
-    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(cfg.rollout.group_size)]
-    eps = run_episodes(engine, fmt, spec, pairs, sampling_params(cfg), cfg.rollout.max_tokens,
-                       cfg.rollout.batch_size, torch.Generator().manual_seed(step_seed(cfg.seed, 1)))
-    return sum(e.generated_tokens for e in eps)
+
+def initial_runtime(cfg: RunConfig, log: Callable[[str], None] = print) -> Runtime:
+    """The runtime a run starts from (`rollout.runtime.build_runtime`), `tiny` built first."""
+    ensure_model(cfg, log)
+    return build_runtime(cfg, log)
 
 
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
@@ -139,17 +143,11 @@ class Run:
     out: Path
     comm: Local
     log: Callable[[str], None]
-    model: torch.nn.Module
-    tok: object
-    fmt: object
-    model_path: str
-    spec: object
-    engine: object
+    rt: Runtime                           # model, chat format, env spec, engine, sampling
     learner: Learner
     rollouts: Rollouts
     sampler: TaskSampler
     eval_tasks: list
-    params: object
     metrics: MetricsLog
     start_step: int = 0
     base: dict | None = None
@@ -197,23 +195,21 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
     if ready is not None:
         ready()
     torch.manual_seed(cfg.seed)
-    model, tok, fmt, model_path = comm.first(lambda: load_policy(cfg, log))
+    rt = comm.first(lambda: initial_runtime(cfg, log))
     if unchecked:                         # the `tiny` build now exists to read
         check_run_memory(cfg)
-    spec = make_spec(cfg)
-    engine = build_engine(cfg, model, fmt)
-    learner = build_learner(cfg, model, comm, model_path, log)
-    run = Run(cfg, out, comm, log, model, tok, fmt, model_path, spec, engine, learner,
-              open_rollouts(cfg, engine, fmt, spec, model, learner.critic, out, log),
-              TaskSampler(spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step),
-              spec.tasks("eval", cfg.train.eval_tasks), sampling_params(cfg),
+    learner = build_learner(cfg, rt.model, comm, rt.model_path, log)
+    run = Run(cfg, out, comm, log, rt, learner,
+              open_rollouts(rt, learner.critic, out, log),
+              TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step),
+              rt.spec.tasks("eval", cfg.train.eval_tasks),
               MetricsLog(out / "metrics.jsonl", sinks=cfg.train.log, config=cfg.to_dict()))
     if comm.is_main:
         atomic_write_text(out / "config.json",
                           json.dumps(dataclasses.replace(cfg, out=str(out)).to_dict(), indent=2))
     if found is not None:
         ckpt, state, weights = found
-        model.load_state_dict(weights, strict=False)
+        rt.model.load_state_dict(weights, strict=False)
         if learner.critic is not None and state.get("value_head") is not None:
             learner.critic.load_state_dict(state["value_head"])
         learner.optimizer.load_state_dict(state["optimizer"])
@@ -231,11 +227,11 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
         log(f"base held-out success {with_se(run.base['mean@1'], run.base.get('mean@1_se'))}")
         if cfg.rollout.budget_match and cfg.rollout.budget_tokens <= 0:
             run.base = {**run.base, "linear_step_tokens": comm.on_main(
-                linear_step_tokens, cfg, engine, fmt, spec)}
+                linear_step_tokens, rt)}
     run.budget = step_budget(cfg, run.base)
     if run.budget != cfg.rollout.budget_tokens:
         log(f"budget: {run.budget} generated tokens per step (a linear step of the base policy)")
-    run.rollouts.sync(model)              # the engine / workers start from the trainer's weights
+    run.rollouts.sync(rt.model)           # the engine / workers start from the trainer's weights
     return run
 
 
@@ -263,8 +259,9 @@ def evaluate_run(run: Run, step: int) -> dict:
     """The held-out check at `step` (its own seed, so every check of a run is reproducible)."""
     release_freed_memory()
     cfg = run.cfg
-    return evaluate(run.engine, run.fmt, run.spec, run.eval_tasks, cfg.train.eval_samples,
-                    run.params, cfg.rollout.max_tokens, cfg.rollout.batch_size,
+    rt = run.rt
+    return evaluate(rt.engine, rt.fmt, rt.spec, run.eval_tasks, cfg.train.eval_samples,
+                    rt.params, cfg.rollout.max_tokens, cfg.rollout.batch_size,
                     seed=step_seed(cfg.seed, step, salt=3))
 
 
@@ -278,11 +275,11 @@ def _eval_fields(ev: dict) -> dict:
 
 def run_step(run: Run, step: int) -> dict:
     """One training step: rollout -> credit -> update; -> its metrics row (over all ranks)."""
-    cfg, comm, learner, fmt = run.cfg, run.comm, run.learner, run.fmt
+    cfg, comm, learner, rt, fmt = run.cfg, run.comm, run.learner, run.rt, run.rt.fmt
     t0 = time.time()
     release_freed_memory()                # what the last update and check left in the heap
     # 1. rollout
-    ctx = RolloutContext(run.engine, fmt, run.spec, run.params, cfg.rollout.group_size,
+    ctx = RolloutContext(rt.engine, fmt, rt.spec, rt.params, cfg.rollout.group_size,
                          cfg.rollout.max_tokens, cfg.rollout.batch_size,
                          -(-run.budget // comm.world),
                          torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
@@ -302,7 +299,7 @@ def run_step(run: Run, step: int) -> dict:
         write_trace(run.out, step, eps, batch, result.extras.get("trees"), fmt, cfg.method)
     # 3. update
     stats = update(learner, batch, cfg, step)
-    run.rollouts.sync(run.model)          # new weights to the engine / workers
+    run.rollouts.sync(rt.model)           # new weights to the engine / workers
     mask = batch.response_mask.bool()
     row = {
         "step": step,
@@ -361,7 +358,7 @@ def warn_no_spread(run: Run, step: int, row: dict) -> None:
 def save(run: Run, step: int) -> None:
     """A checkpoint at `step`: weights, optimiser, critic and the run's state (exact resume)."""
     learner = run.learner
-    checkpoint.save(run.out, step, run.model, run.tok, {
+    checkpoint.save(run.out, step, run.rt.model, run.rt.tok, {
         "step": step, "optimizer": learner.optimizer.state_dict(),
         "value_head": learner.critic.state_dict() if learner.critic else None,
         "critic_config": critic_config(learner.critic),
@@ -390,7 +387,7 @@ def finish(run: Run, t_start: float) -> dict:
         "budget_tokens": run.budget,          # the step cap in force (0: none)
         "final_tokens_per_question": run.last_eval["tokens_per_question"],
         "eval_tasks": len(run.eval_tasks), "eval_samples": cfg.train.eval_samples,
-        "model_path": run.model_path,
+        "model_path": run.rt.model_path,
     }
     if comm.is_main:
         atomic_write_text(run.out / "summary.json", json.dumps(summary, indent=2))

@@ -1,0 +1,35 @@
+"""The matched generation budget (docs/methods.md, "Budget"; DESIGN.md, "Matched budgets"):
+what one linear (GRPO-style) step generates, measured once with the initial policy.
+
+`matched_budget` is the one measurement. The trainer takes it on step 1's tasks at step 0
+(`rollout.budget_match`, `train.loop.linear_step_tokens`), `agentrl ablate` takes the same one
+for every cell of a sweep, and `agentrl rollout --method focus` takes it on the tasks its trees
+grow on (`train.rollout_trees.collect_trees`, sampling one episode per task).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..envs.base import Task
+from .runner import run_episodes
+from .runtime import Runtime
+
+
+def matched_budget(rt: Runtime, tasks: list[Task], group_size: int, seed: int,
+                   sampled_per_task: int | None = None) -> int:
+    """Generated tokens of one linear step on `tasks` with `group_size` episodes per task, from
+    `rt`'s policy, engine and sampling parameters (generator seeded with `seed`).
+
+    By default `group_size` episodes per task are sampled and the budget is exactly the tokens
+    they generated. With `sampled_per_task` given, that many are sampled per task (fewer: a
+    cheaper estimate) and the budget is `len(tasks) x group_size x` their mean tokens per
+    episode, rounded (at least 1)."""
+    per_task = group_size if sampled_per_task is None else sampled_per_task
+    pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(per_task)]
+    r = rt.cfg.rollout
+    eps = run_episodes(rt.engine, rt.fmt, rt.spec, pairs, rt.params, r.max_tokens, r.batch_size,
+                       torch.Generator().manual_seed(seed))
+    tokens = sum(e.generated_tokens for e in eps)
+    if sampled_per_task is None:
+        return tokens
+    return max(1, round(len(tasks) * group_size * (tokens / max(1, len(eps)))))
