@@ -169,8 +169,13 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
             # each segment is trained once: policy tokens only after the path's origin
             origin = tree.nodes[e.meta["focus_origin"]]
             assert all(m == 0 for m in e.response_mask[:origin.position])
-    with pytest.raises(ConfigError):
-        CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_allocator="bogus")), tasks)
+    from agentrl_cli.registry import RegistryError
+    from agentrl_cli.train.preflight import check_names
+
+    with pytest.raises(RegistryError, match="unknown focus allocator 'bogus'"):
+        check_names(config.load(method="focus", sets=["algo.focus_allocator=bogus"]))
+    with pytest.raises(ConfigError, match="algo.focus_gain must be one of plugin, bayes"):
+        check_names(config.load(method="focus", sets=["algo.focus_gain=bogus"]))
 
 
 def test_token_budget_and_other_allocators(micro_policy):

@@ -16,8 +16,6 @@ from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout import planner as focus_mod
 from agentrl_cli.rollout.executors import HFPathExecutor
 from agentrl_cli.rollout.pools import LocalPool, RayPool, ray_temp_dir
-from agentrl_cli.rollout.rollouts import open_rollouts
-from agentrl_cli.rollout.runtime import Runtime
 from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
 from agentrl_cli.rollout.values import CriticValues
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
@@ -125,13 +123,14 @@ def test_ray_temp_dir_falls_back_when_sockets_would_be_too_long(tmp_path):
     assert len(msgs) == 1 and "too long" in msgs[0]
 
 
-def test_workers_refuse_in_process_only_controllers(micro_policy):
-    model, tok, fmt, spec = micro_policy
+def test_workers_refuse_in_process_only_controllers():
+    """Checked with the other names, before any model loads (`train.preflight`)."""
+    from agentrl_cli.train.preflight import check_names
+
     for sets, what in ((["rollout.workers=2"], "vine"), (["rollout.workers=2", "algo.dynamic_sampling=true"], "dynamic")):
         cfg = config.load(sets=MICRO + sets, method="vineppo" if what == "vine" else "dapo")
         with pytest.raises(ConfigError, match="in process only"):
-            rt = Runtime(cfg, model, tok, fmt, "", spec, HFEngine(model, fmt.pad_id), PARAMS)
-            open_rollouts(rt, None, "/tmp/x")
+            check_names(cfg)
 
 
 # ----------------------------------------------------------------------------- Ray

@@ -364,6 +364,17 @@ MISTAKES = [
     (["eval", "--json", "{folder}"], "--json {folder} is a folder"),
     (["diagnose", "tool-calls", "--run", "{folder}", "--json", "{folder}"], "is a folder"),
     (["train", "--method", "gpro"], "did you mean 'grpo'"),
+    # every plugin name, before a model loads (`train.preflight.check_names`)
+    (["train", "--set", "algo.focus_allocator=unifrom"], "did you mean 'uniform'"),
+    (["train", "--set", "algo.focus_gain=baye"], "algo.focus_gain must be one of plugin, bayes"),
+    (["train", "--set", "algo.estimator=gea"], "unknown estimator 'gea'"),
+    (["train", "--set", "algo.loss=ppo_clp"], "did you mean 'ppo_clip'"),
+    (["train", "--set", "algo.controller=lineer"], "did you mean 'linear'"),
+    (["train", "--set", "context.operator=compactoin"], "did you mean 'compaction'"),
+    (["train", "--method", "vineppo", "--set", "rollout.workers=2"], "runs in process only"),
+    (["eval", "--set", "algo.focus_allocator=nope"], "unknown focus allocator 'nope'"),
+    (["rollout", "--method", "focus", "--set", "algo.focus_gain=x", "--out", "{folder}/t.jsonl"],
+     "algo.focus_gain must be one of"),
 ]
 
 

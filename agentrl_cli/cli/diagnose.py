@@ -23,10 +23,10 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _run_config(run_dir: Path | None, config, sets, **flags):
     """The config a run was trained with (its config.json), else the usual loader's."""
-    from ..config import load_saved
+    from ..train.preflight import load_saved_checked
 
     if run_dir is not None and (run_dir / "config.json").is_file():
-        return load_saved(run_dir, sets)
+        return load_saved_checked(run_dir, sets)
     return load_config(config, sets, **flags)
 
 

@@ -36,7 +36,7 @@ def eval_cmd(
 ):
     """Evaluate pass@k, pass^k, mean@1 and tokens per question on the held-out set the trainer checks. Example: agentrl eval --checkpoint runs/x"""
     from ..errors import ConfigError
-    from ..config import load_saved
+    from ..train.preflight import load_saved_checked
     from ..evaluation.runner import run_eval
     from ..reporting.live import eval_table
     from ..train.tiny_build import ensure_model
@@ -57,7 +57,7 @@ def eval_cmd(
             sets.append(f"rollout.engine={engine}")
         if seed is not None:
             sets.append(f"seed={seed}")
-        cfg = load_saved(run, sets)
+        cfg = load_saved_checked(run, sets)
     else:
         run = None
         cfg = load_config(config, set_, benchmark=benchmark, env=env, model=model, engine=engine,

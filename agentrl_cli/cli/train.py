@@ -45,6 +45,7 @@ def train_cmd(
         from ..config import resume_changes
         from ..errors import ConfigError
         from ..train.checkpoint import is_checkpoint
+        from ..train.preflight import load_saved_checked
 
         if out is not None or overwrite:
             raise ConfigError("--resume continues the run in its own folder: drop --out and "
@@ -60,7 +61,7 @@ def train_cmd(
         # the folder given, wherever it now is (a moved or copied run), not the saved `out`
         run_dir = resume.parent.parent if is_checkpoint(resume) else resume
         saved = load_saved(run_dir)
-        cfg = dataclasses.replace(load_saved(run_dir, sets), out=str(run_dir))
+        cfg = dataclasses.replace(load_saved_checked(run_dir, sets), out=str(run_dir))
         record = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "changed": resume_changes(saved, cfg)}
         out_dir = run_dir

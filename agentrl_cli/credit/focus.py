@@ -27,6 +27,9 @@ def calibrated_mse(v: float, n: int, p: float, kappa: float = 1.0) -> float:
     return (kappa ** 2 * (v - p) ** 2 + n * p * (1.0 - p)) / (kappa + n) ** 2
 
 
+GAIN_KINDS = ("plugin", "bayes")   # `algo.focus_gain`: the definitions `focus_gain` offers
+
+
 def focus_gain(v: float, n: int, cbar: float, kappa: float = 1.0, n_inflight: int = 0,
                kind: str = "plugin") -> float:
     """Expected benefit of one more continuation from a node.
@@ -49,7 +52,7 @@ def focus_gain(v: float, n: int, cbar: float, kappa: float = 1.0, n_inflight: in
     if kind == "bayes":
         m = calibrated(v, n, cbar, kappa)
         return m * (1.0 - m) / (kappa + n_eff + 1) ** 2
-    raise ValueError(f"unknown gain kind '{kind}'; valid: bayes, plugin")
+    raise ValueError(f"unknown gain kind '{kind}'; valid: {', '.join(sorted(GAIN_KINDS))}")
 
 
 def _children_and_order(parent: Sequence[int], n_nodes: int) -> tuple[list[list[int]], list[int]]:

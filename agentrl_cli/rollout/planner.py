@@ -56,7 +56,6 @@ import torch
 from ..context.episode import new_episode, start_context
 from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
-from ..errors import ConfigError
 from ..registry import Registry
 from ..types import Episode
 from .controllers import RolloutContext, RolloutResult, record_spend, shape_rewards, spend_limit
@@ -194,12 +193,7 @@ class FocusPlanner:
 
     def __init__(self, ctx: RolloutContext, tasks: list, base: int, branching: bool = True,
                  generated: Callable[[PlanPath], int] | None = None):
-        algo = ctx.algo
-        if algo.focus_allocator not in ALLOCATORS.names():
-            raise ConfigError(f"algo.focus_allocator must be one of {', '.join(ALLOCATORS.names())}, "
-                              f"got '{algo.focus_allocator}'")
-        if algo.focus_gain not in ("plugin", "bayes"):
-            raise ConfigError(f"algo.focus_gain must be plugin or bayes, got '{algo.focus_gain}'")
+        algo = ctx.algo                   # its names are checked before any work (`train.preflight`)
         self.ctx, self.algo, self.tasks, self.base = ctx, algo, tasks, base
         self.branching = branching
         self.rule = algo.focus_evidence

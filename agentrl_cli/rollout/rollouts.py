@@ -19,7 +19,6 @@ from typing import Callable
 import torch
 
 from ..envs.base import Task
-from ..errors import ConfigError
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .pools import RAY_TICKS, LocalPool, RayPool, make_executor, open_ray
 from .scheduler import PATH_CONTROLLERS, PathRunner
@@ -62,12 +61,7 @@ def open_rollouts(rt: Runtime, critic, out: Path,
             return res
 
         return Rollouts(run, sync, info=f"in process, {cfg.rollout.engine} engine")
-    if name not in PATH_CONTROLLERS:
-        raise ConfigError(f"algo.controller '{name}' runs in process only: with rollout.workers > 0 "
-                          f"use one of {', '.join(PATH_CONTROLLERS.names())}")
-    if cfg.algo.dynamic_sampling:
-        raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
-    controller = PATH_CONTROLLERS.get(name)
+    controller = PATH_CONTROLLERS.get(name)   # placement checked first (`train.preflight`)
     values = CriticValues(rt.model, critic)
     if cfg.rollout.workers == 0:
         executor = make_executor(engine, rt.fmt, rt.spec, rt.params, cfg.rollout.max_tokens)

@@ -39,7 +39,7 @@ from . import checkpoint
 from .batch import collate
 from .distributed import Local, from_env
 from .learner import Learner, build_learner, score, update
-from .preflight import check_run_memory
+from .preflight import check_names, check_run_memory
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
 from .tiny_build import ensure_model
@@ -101,6 +101,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     in a folder that holds a run (see `run_folder`); `ready()` is called once the folder and
     the checkpoint to resume from have passed their checks, before any model is loaded."""
     t_start = time.time()
+    check_names(cfg)                      # plugin names and where they run, before any work
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
     # prompts and rows in flight fit, before any work (a `tiny` not built yet: once it is)
     unchecked = not resume and not check_run_memory(cfg)

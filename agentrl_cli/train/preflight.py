@@ -1,9 +1,11 @@
-"""What a command checks before any work: every plugin a config names exists.
+"""What a command checks before any work: every plugin a config names exists (and fits where
+it runs), a hub model is there, the prompts and the rows in flight fit.
 
 `config` knows values, not plugins; the registries live with the plugins (envs, engines,
-estimators, losses, controllers, context operators), so the names are checked here, above all
-of them, by the CLI and by `ablate` right after a config is loaded (a typo fails in under a
-second, before a model is loaded or a run folder written).
+estimators, losses, controllers, FOCUS allocators and gains, context operators), so the names
+are checked here, above all of them: by the CLI and by `ablate` right after a config is loaded
+(`load_checked`, `load_saved_checked`), and by `train.loop.train` first thing (a typo fails in
+under a second, before a model is loaded or a run folder written).
 """
 from __future__ import annotations
 
@@ -11,26 +13,51 @@ import functools
 import os
 from pathlib import Path
 
-from ..config import RunConfig, load
+from ..config import RunConfig, load, load_saved
 from ..errors import ConfigError
 
 
 def check_names(cfg: RunConfig) -> RunConfig:
-    """Unknown env / engine / estimator / loss / controller / context operator -> one
-    `RegistryError` line listing the valid ones. Returns `cfg`."""
+    """Unknown env / engine / estimator / loss / controller / FOCUS allocator / context
+    operator -> one `RegistryError` line listing the valid ones; an unknown FOCUS gain, or a
+    controller that cannot run where `rollout.workers` puts it -> one `ConfigError` line.
+    Returns `cfg`."""
     from ..context import OPERATORS
     from ..credit.estimators import ESTIMATORS
+    from ..credit.focus import GAIN_KINDS
     from ..engines import ENGINES
     from ..envs import ENVS
     from ..rollout.controllers import CONTROLLERS
+    from ..rollout.planner import ALLOCATORS
     from .policy_losses import POLICY_LOSSES
 
+    a = cfg.algo
     for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
-                      (ESTIMATORS, cfg.algo.estimator), (POLICY_LOSSES, cfg.algo.loss),
-                      (CONTROLLERS, cfg.algo.controller), (OPERATORS, cfg.context.operator)):
+                      (ESTIMATORS, a.estimator), (POLICY_LOSSES, a.loss),
+                      (CONTROLLERS, a.controller), (ALLOCATORS, a.focus_allocator),
+                      (OPERATORS, cfg.context.operator)):
         if name not in reg:
             reg.get(name)  # raises the one-line RegistryError
+    if a.focus_gain not in GAIN_KINDS:
+        raise ConfigError(f"algo.focus_gain must be one of {', '.join(GAIN_KINDS)}, "
+                          f"got '{a.focus_gain}'")
+    check_placement(cfg)
     return cfg
+
+
+def check_placement(cfg: RunConfig) -> None:
+    """With `rollout.workers > 0` the step runs on the path scheduler (`rollout.rollouts`):
+    its controller must be one of `rollout.scheduler.PATH_CONTROLLERS`, and DAPO's dynamic
+    sampling runs in process only. Else one ConfigError line."""
+    if cfg.rollout.workers == 0:
+        return
+    from ..rollout.scheduler import PATH_CONTROLLERS
+
+    if cfg.algo.controller not in PATH_CONTROLLERS:
+        raise ConfigError(f"algo.controller '{cfg.algo.controller}' runs in process only: with "
+                          f"rollout.workers > 0 use one of {', '.join(PATH_CONTROLLERS.names())}")
+    if cfg.algo.dynamic_sampling:
+        raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
 
 
 def check_eval_tasks(cfg: RunConfig, n: int | None = None, what: str = "train.eval_tasks") -> None:
@@ -108,6 +135,13 @@ def load_checked(*args, **kwargs) -> RunConfig:
     check_hub_model(cfg.model.name)
     check_hub_model(cfg.model.critic_path, "model.critic_path")
     return cfg
+
+
+def load_saved_checked(run_dir, sets: list[str] | None = None) -> RunConfig:
+    """`config.load_saved(run_dir, sets)` (a run folder's config, e.g. to resume or evaluate
+    it) followed by `check_names`: a run that names a plugin no longer installed, or a `--set`
+    with a typo, fails before any work."""
+    return check_names(load_saved(run_dir, sets))
 
 
 # ------------------------------------------------------------------ what a rollout allocates
