@@ -163,3 +163,27 @@ def test_tree_update_equals_per_path_update(micro_policy, method):
     for a, b in zip(g_tree, g_path):
         assert_rel(a, b)
     assert sum(float(g.abs().sum()) for g in g_path) > 0
+
+
+@pytest.mark.parametrize("attention", ["eager", "sink_sdpa"])
+def test_tree_forward_with_other_attentions(micro_policy, attention):
+    """The tree mask reaches eager attention (as an additive mask) and the sink-aware fused
+    attention (as a boolean mask) too: the same log-probs and values as per path."""
+    from agentrl_cli.models import attention as A
+
+    A.register()
+    model = copy.deepcopy(micro_policy[0]).eval()
+    model.set_attn_implementation(A.hf_attention_name(attention))
+    torch.manual_seed(0)
+    critic = build_critic("head", model)
+    with torch.no_grad():
+        critic.weight.normal_(std=0.3)
+    batch = tree_batch(model.config.vocab_size, seed=3)
+    with torch.no_grad():
+        lp, v = forward(model, critic, batch, 1.0, chunk=16)
+        tlp, tv = forward(model, critic, batch, 1.0, chunk=16, pack="tree")
+    real = batch.attention_mask.bool()
+    real[:, 0] = False
+    policy = batch.response_mask.bool()
+    assert_rel(tlp[policy], lp[policy])
+    assert_rel(tv[real], v[real])
