@@ -187,3 +187,17 @@ def test_tree_forward_with_other_attentions(micro_policy, attention):
     policy = batch.response_mask.bool()
     assert_rel(tlp[policy], lp[policy])
     assert_rel(tv[real], v[real])
+
+
+def test_large_micro_batches_run_per_path(micro_policy):
+    """The tree mask is dense, so micro-batches over TREE_PACK_MAX_TOKENS run per path."""
+    from agentrl_cli.train.learner import TREE_PACK_MAX_TOKENS, packs
+
+    model = micro_policy[0]
+    small = config.load(method="focus", sets=MICRO)
+    big = config.load(method="focus", sets=MICRO + [
+        f"train.max_tokens_per_microbatch={TREE_PACK_MAX_TOKENS * 2}"])
+    off = config.load(method="focus", sets=MICRO + ["train.tree_pack=false"])
+    learner = build_learner(small, copy.deepcopy(model), log=lambda s: None)
+    assert packs(learner, small) == "tree"
+    assert packs(learner, big) != "tree" and packs(learner, off) != "tree"

@@ -101,11 +101,17 @@ def build_learner(cfg: RunConfig, model, comm: Local | None = None,
     return Learner(model, critic, reference, opt, params, comm)
 
 
+# the tree mask is dense ([T, T] for T distinct tokens of a micro-batch): 64 MB of booleans at
+# 8192 tokens, 4 GB at 65,536, so larger micro-batches run the per-episode forward
+TREE_PACK_MAX_TOKENS = 8192
+
+
 def packs(learner: Learner, cfg: RunConfig) -> bool | str:
-    """How micro-batches run: "tree" (`train.tree_pack` and a model that allows it: shared
-    prefixes forwarded once), True (`train.pack` and a model that allows it: packed without
+    """How micro-batches run: "tree" (`train.tree_pack`, a model that allows it and micro-batches
+    of at most `TREE_PACK_MAX_TOKENS` tokens: shared prefixes forwarded once), True (`train.pack` and a model that allows it: packed without
     padding), False (right-padded rows)."""
-    if cfg.train.tree_pack and tree_packable(learner.model):
+    if (cfg.train.tree_pack and tree_packable(learner.model)
+            and cfg.train.max_tokens_per_microbatch <= TREE_PACK_MAX_TOKENS):
         return "tree"
     return cfg.train.pack and can_pack(learner.model)
 
