@@ -46,17 +46,24 @@ class RegistryError(KeyError):
 
 
 class Registry(Generic[T]):
-    """Name -> object. A duplicate name raises; an unknown name lists the valid ones."""
+    """Name -> object. A duplicate name raises; an unknown name lists the valid ones.
+
+    An entry may declare the config keys it reads (`reads=("algo.kappa", ...)`): everything its
+    object reads of the config, itself or through what it calls. `agentrl ablate` reads these
+    declarations to tell which keys a method ignores (`ablate.reads`)."""
 
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._lazy: dict[str, Callable[[], T]] = {}
+        self._reads: dict[str, frozenset[str]] = {}
 
-    def register(self, name: str, obj: T | None = None):
-        """`REG.register("x", obj)` or as a decorator `@REG.register("x")`."""
+    def register(self, name: str, obj: T | None = None, reads: tuple[str, ...] = ()):
+        """`REG.register("x", obj)` or as a decorator `@REG.register("x")`; `reads`: the dotted
+        config keys the entry reads."""
         if name in self._items or name in self._lazy:
             raise RegistryError(f"{self.kind} '{name}' is already registered")
+        self._reads[name] = frozenset(reads)
         if obj is not None:
             self._items[name] = obj
             return obj
@@ -67,11 +74,16 @@ class Registry(Generic[T]):
 
         return deco
 
-    def register_lazy(self, name: str, loader: Callable[[], T]) -> None:
+    def register_lazy(self, name: str, loader: Callable[[], T], reads: tuple[str, ...] = ()) -> None:
         """Register a heavy backend (vLLM, Ray) without importing it until first use."""
         if name in self._items or name in self._lazy:
             raise RegistryError(f"{self.kind} '{name}' is already registered")
+        self._reads[name] = frozenset(reads)
         self._lazy[name] = loader
+
+    def reads(self, name: str) -> frozenset[str]:
+        """The config keys entry `name` declared it reads (empty for an unknown name)."""
+        return self._reads.get(name, frozenset())
 
     def get(self, name: str) -> T:
         if name in self._items:

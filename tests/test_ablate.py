@@ -2,14 +2,16 @@
 model, and the parallel scheduler."""
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from agentrl_cli import ablate as AB
+from agentrl_cli.ablate import aggregate as AG, budget as ABU, plan as AP, reads as ARD, run as AR
 from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.cli.main import app
@@ -28,39 +30,39 @@ def _sets(extra=()):
 
 
 def test_plan_is_the_product_of_methods_and_axes():
-    axes = [AB.Axis.key("algo.beta", ["0", "0.5"]), AB.Axis.key("algo.lam", ["0.6", "0.8"])]
-    cells = AB.plan(["mpo", "ppo"], axes)
+    axes = [AP.Axis.key("algo.beta", ["0", "0.5"]), AP.Axis.key("algo.lam", ["0.6", "0.8"])]
+    cells = AP.plan(["mpo", "ppo"], axes)
     assert [c.name for c in cells[:4]] == ["mpo_beta=0_lam=0.6", "mpo_beta=0_lam=0.8",
                                            "mpo_beta=0.5_lam=0.6", "mpo_beta=0.5_lam=0.8"]
     assert len(cells) == 8 and cells[-1].method == "ppo"
     assert cells[1].sets == ("algo.beta=0", "algo.lam=0.8")
     assert cells[1].params == {"algo.beta": "0", "algo.lam": "0.8"}
     # two keys ending the same way keep their full names
-    same = AB.plan(["ppo"], [AB.Axis.key("algo.lam", ["1"]), AB.Axis.key("other.lam", ["2"])])
+    same = AP.plan(["ppo"], [AP.Axis.key("algo.lam", ["1"]), AP.Axis.key("other.lam", ["2"])])
     assert same[0].name == "ppo_algo.lam=1_other.lam=2"
     with pytest.raises(ConfigError):
-        AB.plan(["grpo"], [AB.Axis.key("algo.beta", ["1", "1"])])
+        AP.plan(["grpo"], [AP.Axis.key("algo.beta", ["1", "1"])])
 
 
 def test_presets_set_the_papers_ablations():
     base = config.load(sets=["rollout.group_size=6"])
-    ref = AB.PRESETS.get("refinement")
+    ref = AP.PRESETS.get("refinement")
     (axis,) = ref.axes(base)
-    cells = AB.plan(list(ref.methods), [axis])
+    cells = AP.plan(list(ref.methods), [axis])
     off = config.load(sets=list(cells[1].sets), method="focus")
     on = config.load(sets=list(cells[0].sets), method="focus")
     assert cells[1].name == "focus_refinement=off"
     assert (off.algo.focus_max_inflight, off.algo.focus_roots) == (0, 6)
     assert on.algo.focus_max_inflight == 2
-    tr = AB.plan(["mpo"], AB.PRESETS.get("turn-ratio").axes(base))
+    tr = AP.plan(["mpo"], AP.PRESETS.get("turn-ratio").axes(base))
     assert [config.load(sets=list(c.sets), method="mpo").algo.loss for c in tr] == ["turn_ratio", "ppo_clip"]
-    tk = AB.plan(["trace"], AB.PRESETS.get("trace-k").axes(base))
+    tk = AP.plan(["trace"], AP.PRESETS.get("trace-k").axes(base))
     k3, k0 = (config.load(sets=list(c.sets), method="trace").algo for c in tk)
     assert (k3.trace_k, k3.alpha_turn) == (3, 0.2) and k0.alpha_turn == 0.0
-    ws = AB.plan(["focus"], AB.PRESETS.get("workspace").axes(base))
+    ws = AP.plan(["focus"], AP.PRESETS.get("workspace").axes(base))
     assert [config.load(sets=list(c.sets), method="focus").context.operator for c in ws] == [
         "compaction", "workspace"]
-    st = AB.plan(["focus"], AB.PRESETS.get("compaction-style").axes(base))
+    st = AP.plan(["focus"], AP.PRESETS.get("compaction-style").axes(base))
     assert [(x.operator, x.style) for x in (config.load(sets=list(c.sets), method="focus").context
                                              for c in st)] == [("compaction", "free"),
                                                                ("compaction", "structured")]
@@ -70,10 +72,10 @@ def test_presets_set_the_papers_ablations():
 
 def test_measured_budget_is_one_linear_step(micro_policy):
     cfg = config.load(sets=FAST)
-    b = AB.measure_budget(cfg)
+    b = ABU.measure_budget(cfg)
     # tasks_per_step x group_size episodes, each at most max_turns x max_new_tokens tokens
     assert 4 <= b <= 2 * 2 * 3 * 8
-    assert AB.measure_budget(cfg) == b  # deterministic
+    assert ABU.measure_budget(cfg) == b  # deterministic
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +146,9 @@ def test_subprocess_command_makes_the_same_run(sweep_out, tmp_path):
     in-process path did."""
     out, _ = sweep_out
     rec = json.loads((out / "ablation.json").read_text())
-    cell = AB.Cell(**{**rec["cells"][0], "sets": tuple(rec["cells"][0]["sets"])})
-    sweep = AB.Sweep(tmp_path, [cell], [0], None, rec["sets"], rec["budget_tokens"])
-    cmd = AB.train_command(sweep, cell, 0)
+    cell = AP.Cell(**{**rec["cells"][0], "sets": tuple(rec["cells"][0]["sets"])})
+    sweep = AP.Sweep(tmp_path, [cell], [0], None, rec["sets"], rec["budget_tokens"])
+    cmd = AR.train_command(sweep, cell, 0)
     assert cmd[:3] == [sys.executable, "-m", "agentrl_cli.cli.main"]
     r = runner.invoke(app, cmd[3:])
     assert r.exit_code == 0, r.output
@@ -165,18 +167,18 @@ def test_parallel_scheduler_runs_jobs_at_once_and_reports_failures(tmp_path, mon
         "if 'bad' in str(d): print('boom'); sys.exit(3)\n"
         "(d / 'summary.json').write_text(json.dumps({'final_success': 0.5, 'tokens_generated': 10,"
         " 'final_tokens_per_question': 3.0, 'base_success': 0.1}))\n")
-    monkeypatch.setattr(AB, "train_command",
+    monkeypatch.setattr(AR, "train_command",
                         lambda sw, c, s: [sys.executable, "-c", script, str(sw.run_dir(c, s))])
-    cells = [AB.Cell("good1", "grpo"), AB.Cell("good2", "grpo"), AB.Cell("bad", "grpo")]
-    sweep = AB.Sweep(tmp_path, cells, [0], None, list(FAST), 50)
-    res = AB.run_sweep(sweep, jobs=2, log=lambda s: None)
+    cells = [AP.Cell("good1", "grpo"), AP.Cell("good2", "grpo"), AP.Cell("bad", "grpo")]
+    sweep = AP.Sweep(tmp_path, cells, [0], None, list(FAST), 50)
+    res = AR.run_sweep(sweep, jobs=2, log=lambda s: None)
     assert sorted(res["ran"]) == [("good1", 0), ("good2", 0)]
     assert res["failed"] == [("bad", 0, "boom")]
     t = {c.name: (float((tmp_path / "cells" / c.name / "seed-0" / "started").read_text()),
                   float((tmp_path / "cells" / c.name / "seed-0" / "ended").read_text())) for c in cells}
     assert t["good1"][0] < t["good2"][1] and t["good2"][0] < t["good1"][1]  # the first two overlapped
     assert t["bad"][0] >= min(t["good1"][1], t["good2"][1])                   # never 3 at once
-    summary = AB.collect(sweep)
+    summary = AG.collect(sweep)
     assert [c["final_success_mean"] for c in summary["cells"]] == [0.5, 0.5, None]
 
 
@@ -201,7 +203,7 @@ def test_a_failed_run_is_reported_and_the_others_still_summarised(tmp_path, monk
         (run / "summary.json").write_text(json.dumps(s))
         return s
 
-    monkeypatch.setattr(AB, "_train_here", fake)
+    monkeypatch.setattr(AR, "_train_here", fake)
     r = runner.invoke(app, ["ablate", "--method", "grpo", "--grid", "algo.kl_coef=0,1",
                             "--out", str(tmp_path), "--budget", "10", *_sets()])
     assert r.exit_code == 1
@@ -230,36 +232,39 @@ def _fake_run(calls=None, interrupt_at=None):
 
 
 def test_method_reads_is_derived_from_the_recipes_parts():
-    assert AB.readers("algo.beta") == ["mpo"]
-    assert AB.readers("algo.kappa") == ["focus"]
-    assert sorted(AB.readers("algo.lam")) == ["mpo", "ppo"]
-    assert "algo.vine_k" in AB.method_reads("vineppo") and "algo.vine_k" not in AB.method_reads("grpo")
+    assert ARD.readers("algo.beta") == ["mpo"]
+    assert ARD.readers("algo.kappa") == ["focus"]
+    assert sorted(ARD.readers("algo.lam")) == ["mpo", "ppo"]
+    assert "algo.vine_k" in ARD.method_reads("vineppo") and "algo.vine_k" not in ARD.method_reads("grpo")
     # swapping a part changes what is read: grpo with the vine controller reads vine_k
-    assert "algo.vine_k" in AB.method_reads("grpo", {"algo.controller": "vine"})
+    assert "algo.vine_k" in ARD.method_reads("grpo", {"algo.controller": "vine"})
     # transitively: trace's preparer reads the teacher-forced answer template
-    assert "algo.trace_answer" in AB.method_reads("trace")
-    assert "train.critic_warmup" in AB.method_reads("ppo") and "train.critic_warmup" not in AB.method_reads("grpo")
+    assert "algo.trace_answer" in ARD.method_reads("trace")
+    assert "train.critic_warmup" in ARD.method_reads("ppo") and "train.critic_warmup" not in ARD.method_reads("grpo")
 
 
 def test_sweeping_a_key_the_method_ignores_is_one_line_and_fast(tmp_path):
+    """Before any model loads or run starts: one line naming the methods that read the key. (The
+    parts' registries are imported to read what they declare: torch, not transformers.)"""
     code = ("import sys, time; t = time.time()\n"
             "from typer.testing import CliRunner\n"
             "from agentrl_cli.cli.main import app\n"
             "r = CliRunner().invoke(app, ['ablate', '--method', 'focus', '--beta', '0,1'])\n"
-            "print(r.exit_code, 'torch' in sys.modules, round(time.time() - t, 2))\n"
+            "print(r.exit_code, 'transformers' in sys.modules, round(time.time() - t, 2))\n"
             "print(r.output)\n")
     import subprocess
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     head, msg = p.stdout.split("\n", 1)
-    code_, torch_loaded, secs = head.split()
-    assert code_ == "2" and torch_loaded == "False", p.stdout + p.stderr
+    code_, heavy, secs = head.split()
+    assert code_ == "2" and heavy == "False", p.stdout + p.stderr
+    assert float(secs) < 30
     assert "mpo" in msg and "algo.beta" in msg and len(msg.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
 
 
 def test_bare_beta_runs_mpo_and_says_so_first(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(AB, "_train_here", _fake_run(calls))
+    monkeypatch.setattr(AR, "_train_here", _fake_run(calls))
     r = runner.invoke(app, ["ablate", "--beta", "0,1", "--out", str(tmp_path), "--budget", "10",
                             *_sets()])
     assert r.exit_code == 0, r.output
@@ -272,7 +277,7 @@ def test_bare_beta_runs_mpo_and_says_so_first(tmp_path, monkeypatch):
 def test_a_typo_in_a_swept_value_fails_before_the_budget_is_measured(tmp_path, monkeypatch):
     def no(cfg):
         raise AssertionError("measured the budget")
-    monkeypatch.setattr(AB, "measure_budget", no)
+    monkeypatch.setattr(ABU, "measure_budget", no)
     r = runner.invoke(app, ["ablate", "--kappa", "1,x", "--out", str(tmp_path), *_sets()])
     assert r.exit_code == 2 and "algo.kappa expects" in r.output, r.output
     r = runner.invoke(app, ["ablate", "--method", "mpo", "--grid", "algo.lam_intra=0.9,zero",
@@ -281,7 +286,7 @@ def test_a_typo_in_a_swept_value_fails_before_the_budget_is_measured(tmp_path, m
 
 
 def test_plan_warmup_warning_and_progress(tmp_path, monkeypatch):
-    monkeypatch.setattr(AB, "_train_here", _fake_run([]))
+    monkeypatch.setattr(AR, "_train_here", _fake_run([]))
     r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--steps", "2",
                             "--out", str(tmp_path), "--budget", "10", "--seeds", "2"])
     assert r.exit_code == 0, r.output
@@ -289,7 +294,7 @@ def test_plan_warmup_warning_and_progress(tmp_path, monkeypatch):
     assert "2 cells x 2 seed(s) = 4 runs of 2 steps" in r.output
     assert "cells: mpo_beta=0, mpo_beta=1" in r.output and "time:" in r.output
     lines = []
-    p = AB.StepLines("mpo_beta=0 seed 0", lines.append)
+    p = AR.StepLines("mpo_beta=0 seed 0", lines.append)
     p.start(3, 0)
     p.update(1, {"reward/mean": 0.5, "rollout/tokens": 120, "time/step": 1.0,
                  "eval/success": 0.2, "eval/success_se": 0.05})
@@ -298,7 +303,7 @@ def test_plan_warmup_warning_and_progress(tmp_path, monkeypatch):
 
 def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(AB, "_train_here", _fake_run(calls, interrupt_at=2))
+    monkeypatch.setattr(AR, "_train_here", _fake_run(calls, interrupt_at=2))
     out = tmp_path / "sw"
     r = runner.invoke(app, ["ablate", "--method", "mpo", "--beta", "0,1", "--out", str(out),
                             "--budget", "10", *_sets()])
@@ -308,7 +313,7 @@ def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):
     import shlex
     args = shlex.split(hint.split("Resume with: ", 1)[1])[1:]
     calls.clear()
-    monkeypatch.setattr(AB, "_train_here", _fake_run(calls))
+    monkeypatch.setattr(AR, "_train_here", _fake_run(calls))
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "skipping 1 finished" in r.output and calls == [("mpo_beta=1", 0)]
@@ -321,7 +326,7 @@ def test_benchmark_option_gives_every_run_its_settings(tmp_path, monkeypatch):
         seen.append(sweep.cell_config(cell, seed))
         return _fake_run()(sweep, cell, seed, log)
 
-    monkeypatch.setattr(AB, "_train_here", fake)
+    monkeypatch.setattr(AR, "_train_here", fake)
     r = runner.invoke(app, ["ablate", "--benchmark", "search-long", "--method", "grpo,focus",
                             "--out", str(tmp_path / "sw"), "--budget", "10",
                             *_sets(["env.max_turns=20"])])
@@ -333,3 +338,94 @@ def test_benchmark_option_gives_every_run_its_settings(tmp_path, monkeypatch):
         assert cfg.rollout.max_tokens == 1024 and cfg.env.max_turns == 20
     r = runner.invoke(app, ["ablate", "--benchmark", "nope", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "nope" in r.output
+
+
+# ------------------------------------------------------------------ declared reads vs the source
+class _Source:
+    """The package's source, parsed: which `algo.*` keys a registered entry reads, itself and
+    transitively through the package functions and classes it names (`algo.X`, `ctx.algo.X`,
+    `self.algo.X`). The package declares its parts' reads where they register; this reading of
+    the source checks the declarations."""
+
+    def __init__(self, root: Path):
+        self.defs: dict[tuple[str, str], ast.AST] = {}     # (module, name) -> FunctionDef/ClassDef
+        self.names: dict[str, dict[str, tuple]] = {}       # module -> local name -> target
+        self.entries: dict[tuple[str, str], list] = {}     # (registry, entry) -> defs
+        for path in sorted(root.rglob("*.py")):
+            mod = ".".join(path.relative_to(root).with_suffix("").parts)
+            tree = ast.parse(path.read_text())
+            pkg = mod.rsplit(".", 1)[0] if "." in mod else ""
+            if path.name == "__init__.py":
+                mod = pkg = mod[: -len(".__init__")] if mod.endswith(".__init__") else ""
+            local: dict[str, tuple] = {}
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    self.defs[(mod, node.name)] = node
+                    local[node.name] = ("def", mod, node.name)
+                    for d in node.decorator_list:
+                        if (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                                and d.func.attr == "register" and isinstance(d.func.value, ast.Name)
+                                and d.args and isinstance(d.args[0], ast.Constant)):
+                            self.entries.setdefault((d.func.value.id, d.args[0].value), []).append((mod, node))
+                elif isinstance(node, ast.ImportFrom) and node.level:
+                    base = pkg.split(".") if pkg else []
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    src = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                    for a in node.names:
+                        local[a.asname or a.name] = ("from", src, a.name)
+            self.names[mod] = local
+
+    def _resolve(self, mod: str, name: str, attr: str | None = None):
+        t = self.names.get(mod, {}).get(name)
+        if t is None:
+            return None
+        if t[0] == "def":
+            return (t[1], t[2]) if attr is None else None
+        src, what = t[1], t[2]
+        if attr is not None:   # `from . import batched` then `batched.f`
+            sub = f"{src}.{what}" if src else what
+            return (sub, attr) if (sub, attr) in self.defs else None
+        if (src, what) in self.defs:
+            return (src, what)
+        return self._resolve(src, what) if src in self.names and what in self.names[src] else None
+
+    def reads(self, registry: str, entry: str) -> set[str]:
+        keys: set[str] = set()
+        todo = list(self.entries.get((registry, entry), []))
+        seen: set[tuple[str, str]] = set()
+        while todo:
+            mod, node = todo.pop()
+            if (mod, node.name) in seen:
+                continue
+            seen.add((mod, node.name))
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute):
+                    v = sub.value
+                    if (isinstance(v, ast.Name) and v.id == "algo") or \
+                            (isinstance(v, ast.Attribute) and v.attr == "algo"):
+                        keys.add(f"algo.{sub.attr}")
+                    if isinstance(v, ast.Name) and isinstance(sub.ctx, ast.Load):
+                        target = self._resolve(mod, v.id, sub.attr)
+                        if target:
+                            todo.append((target[0], self.defs[target]))
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+                    target = self._resolve(mod, sub.id)
+                    if target and target != (mod, node.name):
+                        todo.append((target[0], self.defs[target]))
+        return keys
+
+
+def test_declared_reads_match_what_the_source_reads():
+    """Every estimator, preparer, controller and loss declares exactly the `algo.*` keys its
+    code reads (itself and through what it calls), so `ablate`'s checks are right."""
+    from agentrl_cli.credit.estimators import ESTIMATORS
+    from agentrl_cli.rollout.controllers import CONTROLLERS
+    from agentrl_cli.train.policy_losses import POLICY_LOSSES
+    from agentrl_cli.train.prepare import PREPARERS
+
+    src = _Source(Path(__file__).resolve().parents[1] / "agentrl_cli")
+    for name, reg in (("ESTIMATORS", ESTIMATORS), ("CONTROLLERS", CONTROLLERS),
+                      ("POLICY_LOSSES", POLICY_LOSSES), ("PREPARERS", PREPARERS)):
+        for entry in reg.names():
+            declared = {k for k in reg.reads(entry) if k.startswith("algo.")}
+            assert declared == src.reads(name, entry), (name, entry)

@@ -392,7 +392,7 @@ def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
 def test_budget_match_is_what_ablate_measures_for_a_grpo_step(tmp_path):
     """The main command's matched budget and `agentrl ablate`'s are one computation: a focus
     run's budget equals the tokens of the base policy's linear step on step 1's tasks."""
-    from agentrl_cli import ablate
+    from agentrl_cli.ablate import budget as ablate
     from agentrl_cli.train.loop import train
 
     sets = [*MICRO, "train.steps=1"]

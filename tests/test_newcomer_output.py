@@ -162,7 +162,7 @@ def _sweep(seeds):
 def test_ablate_figures_say_mean_std_over_n_seeds_and_the_budget(monkeypatch, tmp_path):
     from matplotlib.collections import PolyCollection
 
-    from agentrl_cli import ablate
+    from agentrl_cli.reporting import ablation as ablate
 
     grab = _Grab(monkeypatch)
     res = _sweep([0, 1, 2])
@@ -179,7 +179,7 @@ def test_ablate_figures_say_mean_std_over_n_seeds_and_the_budget(monkeypatch, tm
 
 
 def test_ablate_figure_with_one_seed_says_there_is_no_spread(monkeypatch, tmp_path):
-    from agentrl_cli import ablate
+    from agentrl_cli.reporting import ablation as ablate
 
     grab = _Grab(monkeypatch)
     ablate.plot_curves(_sweep([0]), tmp_path / "a.png")
@@ -224,7 +224,7 @@ def test_rollout_help_says_what_n_counts():
 
 
 def test_ablate_step_lines_show_a_dash_between_checks():
-    from agentrl_cli.ablate import StepLines
+    from agentrl_cli.ablate.run import StepLines
 
     lines = []
     s = StepLines("cell seed 0", lines.append)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrl_cli.cli.main import app
-from agentrl_cli.cli.options import load_config
+from agentrl_cli.train.preflight import load_config
 from agentrl_cli.models import tiny
 from agentrl_cli.models.loading import tiny_recipe
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentrl_cli import ablate as AB
+from agentrl_cli.ablate import budget as ABU, run as AR
 from agentrl_cli.cli.main import app
 from conftest import MICRO
 
@@ -80,7 +80,7 @@ def test_a_sweep_rerun_with_other_settings_is_refused(tmp_path, monkeypatch, fin
     (tmp_path / "c.yaml").write_text("rollout:\n  top_p: 0.9\n")
     out = tmp_path / "sw"
     calls: list = []
-    monkeypatch.setattr(AB, "_train_here", _fake_train(calls, finish))
+    monkeypatch.setattr(AR, "_train_here", _fake_train(calls, finish))
     r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets()])
     assert r.exit_code == 0, r.output
     assert len(calls) == 2
@@ -95,7 +95,7 @@ def test_a_sweep_rerun_with_other_settings_is_refused(tmp_path, monkeypatch, fin
 
 def test_a_sweep_rerun_with_a_new_budget_is_refused_for_a_partial_run(tmp_path, monkeypatch):
     out = tmp_path / "sw"
-    monkeypatch.setattr(AB, "_train_here", _fake_train([], finish=False))
+    monkeypatch.setattr(AR, "_train_here", _fake_train([], finish=False))
     r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets()])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, [*SWEEP[:-1], "12", "--out", str(out), *_sets()])
@@ -107,11 +107,11 @@ def test_a_sweep_rerun_may_change_how_often_it_checks(tmp_path, monkeypatch):
     """The same sweep again skips its finished runs; a key of RERUN_MAY_CHANGE may differ."""
     out = tmp_path / "sw"
     calls: list = []
-    monkeypatch.setattr(AB, "_train_here", _fake_train(calls))
+    monkeypatch.setattr(AR, "_train_here", _fake_train(calls))
     r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets()])
     assert r.exit_code == 0, r.output
     calls.clear()
-    assert "train.eval_every" in AB.RERUN_MAY_CHANGE and "train.steps" not in AB.RERUN_MAY_CHANGE
+    assert "train.eval_every" in AR.RERUN_MAY_CHANGE and "train.steps" not in AR.RERUN_MAY_CHANGE
     r = runner.invoke(app, [*SWEEP, "--out", str(out), *_sets(["train.eval_every=5"])])
     assert r.exit_code == 0, r.output
     assert "skipping 2 finished" in r.output and calls == []
@@ -129,8 +129,8 @@ def test_a_sweep_rerun_may_change_how_often_it_checks(tmp_path, monkeypatch):
      "--seeds 2 from seed 9223372036854775807 runs seed 9223372036854775808: seed must be <="),
 ])
 def test_a_bad_sweep_leaves_no_out_folder(tmp_path, monkeypatch, args, needle):
-    monkeypatch.setattr(AB, "_train_here", lambda *a, **k: pytest.fail("a run started"))
-    monkeypatch.setattr(AB, "measure_budget", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(AR, "_train_here", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(ABU, "measure_budget", lambda *a, **k: pytest.fail("work started"))
     out = tmp_path / "sw"
     r = runner.invoke(app, ["ablate", "--out", str(out), *_sets(), *args])
     _one_line_exit_2(r, needle)

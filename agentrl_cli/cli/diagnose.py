@@ -1,14 +1,13 @@
 """agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (docs/methods.md)."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
-from .options import ConfigOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt, load_config, user_errors
+from .options import ConfigOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt, user_errors
 
 app = typer.Typer(help="Critic and allocation diagnostics: audit-tree, critic-rank, variance, "
                        "tool-calls.", no_args_is_help=True, add_completion=False)
@@ -23,7 +22,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _run_config(run_dir: Path | None, config, sets, **flags):
     """The config a run was trained with (its config.json), else the usual loader's."""
-    from ..train.preflight import load_saved_checked
+    from ..train.preflight import load_config, load_saved_checked
 
     if run_dir is not None and (run_dir / "config.json").is_file():
         return load_saved_checked(run_dir, sets)
@@ -76,72 +75,27 @@ def audit_tree_cmd(
 ):
     """Value MSE vs continuations for each allocator on an audit tree with known values.
     Example: agentrl diagnose audit-tree --json audit.json (figure: audit_tree.png)"""
-    from ..errors import ConfigError
-    from ..diagnostics.audit import AuditSpec, SyntheticWorld, run_audit
+    from ..diagnostics.audit_tree import AuditRequest, audit_tree
     from ..diagnostics.report import audit_json, audit_tables, plot_audit
 
-    _check_outputs(png or Path("audit_tree.png"), json_path)
+    png = png or Path("audit_tree.png")
+    _check_outputs(png, json_path)
     console = Console()
-    run_dir = None
+    say = lambda s: console.print(s, highlight=False)  # noqa: E731
+    ckpt = None
     if checkpoint is not None:
         from ..train.checkpoint import find
-        ckpt = find(checkpoint, log=lambda s: console.print(s, highlight=False))
-        run_dir = ckpt.parent.parent
-    cfg = _run_config(run_dir, config, set_, env=env, model=model, seed=seed)
-    try:
-        const = None if constant == "mean" else float(constant)
-    except ValueError:
-        raise ConfigError(f"--constant must be a number or 'mean', got '{constant}'") from None
-    if estimate not in ("refined", "calibrated"):
-        raise ConfigError(f"--estimate must be refined or calibrated, got '{estimate}'")
-    spec = AuditSpec(critics=_names(critics or "constant,random"), allocators=_names(allocators), max_budget=budget,
-                     roots=roots, seeds=seeds, kappa=cfg.algo.kappa if kappa is None else kappa,
-                     gamma=cfg.algo.gamma, gain_kind=cfg.algo.focus_gain,
-                     max_inflight=cfg.algo.focus_max_inflight, capacity=capacity,
-                     constant=const, estimate=estimate)
-    if checkpoint is None:
-        if "trained" in spec.critics:
-            raise ConfigError("the 'trained' critic needs --checkpoint")
-        shape = dict(depth=depth, branching=branching, informative=informative)
-        world_seed = cfg.seed
-
-        def make_world(s):
-            return SyntheticWorld.make(world_seed * 100_003 + s, tasks=tasks, grow=grow, **shape)
-        title = f"synthetic audit tree (depth {depth}, branching {branching}, {tasks} tasks x {roots} roots)"
-    else:
-        spec, make_world, title = _checkpoint_world(cfg, ckpt, spec, critics is None, tasks, roots,
-                                                    samples, console)
-    res = run_audit(make_world, spec)
+        ckpt = find(checkpoint, log=say)
+    cfg = _run_config(ckpt.parent.parent if ckpt else None, config, set_, env=env, model=model,
+                      seed=seed)
+    req = AuditRequest(checkpoint, _names(critics) if critics else None, _names(allocators),
+                       budget, seeds, tasks, roots, depth, branching, informative, grow, constant,
+                       samples, capacity, estimate, kappa)
+    res, title = audit_tree(req, cfg, ckpt, log=say)
     for t in audit_tables(res, title):
         console.print(t)
-    png = png or Path("audit_tree.png")
     plot_audit(res, png, title)
     _outputs(console, png, json_path, audit_json(res))
-
-
-def _checkpoint_world(cfg, ckpt: Path, spec, default_critics: bool, tasks: int, roots: int,
-                      samples: int, console: Console):
-    """The audit tree of a checkpoint's policy on the env -> (the audit spec, with the
-    checkpoint's own critic added when --critics was not given and it has one; the world
-    factory; the title)."""
-    from ..errors import ConfigError
-    from ..diagnostics.audit_env import EnvWorld
-    from ..diagnostics.mc import load_checkpoint_policy
-
-    pol = load_checkpoint_policy(cfg, ckpt)
-    if default_critics and pol.critic is not None:
-        spec = dataclasses.replace(spec, critics=spec.critics + ("trained",))
-    if "trained" in spec.critics and pol.critic is None:
-        raise ConfigError(f"{ckpt} has no value head: drop 'trained' from --critics")
-    console.print(f"building the audit tree: {tasks} tasks x {roots} root episodes, {samples} "
-                  f"continuations per state ...", highlight=False)
-    world = EnvWorld(pol, tasks, roots, samples, seed=cfg.seed)
-    console.print(f"{world.n_states} audit states, {world.n_continuations} continuations",
-                  highlight=False)
-
-    def make_world(s):
-        return world
-    return spec, make_world, f"{cfg.env.name} audit tree ({ckpt.name}, {world.n_states} states)"
 
 
 @app.command("critic-rank")

@@ -1,7 +1,6 @@
 """agentrl rollout"""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, MethodOpt, ModelOpt, SeedOpt,
-                      SetOpt, load_config, user_errors)
+                      SetOpt, user_errors)
 
 
 @user_errors
@@ -32,60 +31,13 @@ def rollout_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the --out file if it exists.")] = False,
 ):
     """Roll out episodes and write them as JSONL. Plain (linear) episodes unless --method names a tree method (focus: one search tree per task). Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
-    from ..rollout.collect import collect
+    from ..train.collect import RolloutRequest, collect_rollout
 
-    from ..errors import ConfigError
-    from ..train.run_folder import check_output_file
-
-    if policy not in ("model", "expert"):
-        raise ConfigError(f"--policy must be model or expert, got '{policy}'")
-    check_output_file(out)
-    if out.exists() and not overwrite:
-        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or give another file")
-    if checkpoint is not None:
-        from ..train.checkpoint import find
-        model = str(find(checkpoint, log=lambda s: Console(stderr=True).print(s, highlight=False)))
-    cfg = load_config(config, set_, benchmark=benchmark, method=method, env=env, model=model,
-                      engine=engine, seed=seed)
-    if policy == "expert":
-        from ..envs.base import has_expert, make_env_spec
-
-        if not has_expert(make_env_spec(cfg.env)):
-            raise ConfigError(f"env '{cfg.env.name}' has no scripted expert (spec.expert): "
-                              "--policy expert needs one; roll out a model with --policy model")
-    _build_model(cfg, policy, split)
-    tree = policy == "model" and method is not None and cfg.algo.controller == "focus"
-    if policy == "model":                 # prompts within max_tokens, rows x context in memory
-        from ..train.preflight import check_rollout_memory
-        check_rollout_memory(cfg, 2 * cfg.rollout.batch_size if tree else min(n, cfg.rollout.batch_size),
-                             split, n if tree else -(-n // (group_size or 1)))
-    trees = budget = None
-    # trees only when asked for by name: the default recipe (focus) must not turn a plain
-    # `agentrl rollout` into tree search
-    if policy == "model" and method is not None and cfg.algo.controller == "focus":
-        from ..train.rollout_trees import collect_trees
-        eps, trees, budget = collect_trees(cfg, n=n, split=split, group_size=group_size,
-                                           log=lambda m: Console().print(m, highlight=False))
-    else:
-        eps = collect(cfg, n=n, policy=policy, split=split, group_size=group_size or 1)
-    _write(out, eps, trees)
-    _report(cfg, policy, out, eps, trees, budget)
-
-
-def _write(out: Path, eps, trees) -> None:
-    """The JSONL file, atomically: one episode per line, or one FOCUS tree per line."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with tmp.open("w") as f:
-        if trees is not None:  # FOCUS: one tree per line, its paths' episodes included
-            from ..rollout.collect import tree_rows
-
-            for row in tree_rows(trees, eps):
-                f.write(json.dumps(row) + "\n")
-        else:
-            for e in eps:
-                f.write(json.dumps(e.to_json()) + "\n")
-    tmp.replace(out)
+    say = lambda m: Console().print(m, highlight=False)  # noqa: E731
+    req = RolloutRequest(out, n, policy, split, group_size, checkpoint, method, env, benchmark,
+                         model, engine, config, tuple(set_ or ()), seed, overwrite)
+    res = collect_rollout(req, log=say)
+    _report(res.cfg, policy, out, res.episodes, res.trees, res.budget)
 
 
 def _report(cfg, policy: str, out: Path, eps, trees, budget) -> None:
@@ -109,25 +61,3 @@ def _report(cfg, policy: str, out: Path, eps, trees, budget) -> None:
                         f"{budget or 'none'}; generated {sum(e.generated_tokens for e in eps)} tokens",
                         highlight=False)
     Console().print(f"wrote {out}", highlight=False)
-
-
-def _build_model(cfg, policy: str, split: str) -> None:
-    """Build `tiny` where the rollout needs its folder: the policy's, or the tokenizer an expert
-    rollout records with. On a real benchmark's env, or an env without a train split, an
-    expert rollout with `tiny` records bytes instead (`rollout.collect.expert_format`). An
-    unknown split is reported first, before any work."""
-    from ..context import make_spec
-    from ..envs.benchmarks import real_benchmark_envs
-    from ..errors import ConfigError
-    from ..train.tiny_build import ensure_model
-
-    if cfg.model.name != "tiny" or policy == "expert" and cfg.env.name in real_benchmark_envs():
-        return
-    spec = make_spec(cfg)
-    spec.tasks(split, 1)
-    if policy == "expert":
-        try:
-            spec.tasks("train", 1)
-        except ConfigError:
-            return
-    ensure_model(cfg)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .options import BenchmarkOpt, ConfigOpt, EnvOpt, SetOpt, load_config, user_errors
+from .options import BenchmarkOpt, ConfigOpt, EnvOpt, SetOpt, user_errors
 
 
 @user_errors
@@ -20,6 +20,7 @@ def build_tiny_cmd(
     """Remake the tiny built-in agent from its recipe (the env's `env.*` keys and `model.tiny_*`), and say whether it equals the build that ships with the package. Train on it with agentrl train --model OUT. Example: agentrl build-tiny --out runs/tiny-search"""
     from ..models.loading import tiny_recipe
     from ..models.tiny import shipped_path
+    from ..train.preflight import load_config
     from ..train.tiny_build import rebuild
 
     cfg = load_config(config, set_, benchmark, env=env)

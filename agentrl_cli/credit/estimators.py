@@ -25,7 +25,7 @@ class Credit:
 ESTIMATORS: Registry[Callable[..., Credit]] = Registry("estimator")
 
 
-@ESTIMATORS.register("grpo")
+@ESTIMATORS.register("grpo", reads=("algo.std_normalize",))
 def _grpo(batch, algo) -> Credit:
     adv = batched.grpo_token_advantages(batch.rewards, batch.group_index, batch.response_mask,
                                         std=algo.std_normalize)
@@ -49,7 +49,7 @@ def _whiten(adv: torch.Tensor, mask: torch.Tensor, algo) -> torch.Tensor:
     return batched.masked_whiten(adv, mask) if algo.whiten else adv
 
 
-@ESTIMATORS.register("gae")
+@ESTIMATORS.register("gae", reads=("algo.gamma", "algo.lam", "algo.whiten"))
 def _gae(batch, algo) -> Credit:
     """PPO (docs/methods.md): token-level GAE on the critic's values, reward on the last policy token.
 
@@ -93,7 +93,7 @@ def vine_segment_advantages(values: torch.Tensor, num_segments: torch.Tensor, re
     return torch.where(ok, adv, torch.zeros_like(adv))
 
 
-@ESTIMATORS.register("vine")
+@ESTIMATORS.register("vine", reads=("algo.gamma", "algo.whiten"))
 def _vine(batch, algo) -> Credit:
     """VinePPO (docs/methods.md): segment TD residuals of the vine controller's Monte-Carlo values
     (`batch.extras["segment_values"]`, one list per episode) on each segment's policy tokens."""
@@ -107,7 +107,7 @@ def _vine(batch, algo) -> Credit:
     return Credit(_whiten(adv, batch.response_mask, algo))
 
 
-@ESTIMATORS.register("mpo")
+@ESTIMATORS.register("mpo", reads=("algo.lam", "algo.lam_intra", "algo.beta", "algo.whiten"))
 def _mpo(batch, algo) -> Credit:
     """MPO (docs/methods.md): multi-scale advantage on the critic's token values, normalised once
     over the batch's policy tokens (`algo.whiten`, on in the recipe); the critic regresses every
@@ -121,7 +121,9 @@ def _mpo(batch, algo) -> Credit:
     return Credit(_whiten(adv, batch.response_mask, algo), returns, batch.response_mask)
 
 
-@ESTIMATORS.register("trace")
+@ESTIMATORS.register("trace", reads=("algo.std_normalize", "algo.trace_eps", "algo.trace_k",
+                                        "algo.gamma_td", "algo.lambda_term", "algo.alpha_out",
+                                        "algo.alpha_turn"))
 def _trace(batch, algo) -> Credit:
     """TRACE (docs/methods.md): GRPO outcome advantage plus reference-model turn credit.
 

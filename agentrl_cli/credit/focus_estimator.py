@@ -98,7 +98,8 @@ def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
     return (adv - mean[inv][:, None]) * mask * scale[:, None]
 
 
-@ESTIMATORS.register("focus")
+@ESTIMATORS.register("focus", reads=("algo.gamma", "algo.focus_lam", "algo.focus_norm", "algo.whiten",
+                                        "algo.focus_critic_targets"))
 def focus_credit(batch, algo) -> Credit:
     if "focus_values" not in batch.extras:
         raise ValueError("estimator 'focus' needs refined values from the 'focus' controller")

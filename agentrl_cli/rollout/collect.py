@@ -1,5 +1,5 @@
 """`agentrl rollout`'s library functions: episodes from the model or the env's expert, and the
-JSONL rows of FOCUS trees (the trees themselves come from `train.rollout_trees.collect_trees`: they
+JSONL rows of FOCUS trees (the trees themselves come from `train.collect.collect_trees`: they
 start from the trainer's critic)."""
 from __future__ import annotations
 

@@ -220,7 +220,8 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
     return RolloutResult(episodes, extra_tokens=spent - trained, extras={"dynamic_sampling": stats})
 
 
-@CONTROLLERS.register("linear")
+@CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.dynamic_rounds",
+                                         "algo.overlong_shaping", "algo.overlong_cache"))
 def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
     """G independent episodes per task (GRPO-style groups); DAPO dynamic sampling when
     `algo.dynamic_sampling` is on."""

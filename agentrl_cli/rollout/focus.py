@@ -42,7 +42,8 @@ from ..context.windows import visible_ids
 from ..models.critic import is_separate
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from ..context.episode import LiveEpisode
-from .planner import FocusPlanner, PlanPath, env_snapshot, path_generator, seed_base
+from .planner import (PLANNER_READS, FocusPlanner, PlanPath, env_snapshot, path_generator,
+                      seed_base)
 from .token_loop import LoopPath, TokenLoop
 from .tree import Node
 from .values import critic_values, head_values
@@ -162,7 +163,7 @@ class FocusRunner:
         return self.plan.result()
 
 
-@CONTROLLERS.register("focus")
+@CONTROLLERS.register("focus", reads=PLANNER_READS)
 def focus(ctx: RolloutContext, tasks) -> RolloutResult:
     """FOCUS tree rollouts with gain-based continuation allocation (module docstring)."""
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@ what one linear (GRPO-style) step generates, measured once with the initial poli
 `matched_budget` is the one measurement. The trainer takes it on step 1's tasks at step 0
 (`rollout.budget_match`, `train.loop.linear_step_tokens`), `agentrl ablate` takes the same one
 for every cell of a sweep, and `agentrl rollout --method focus` takes it on the tasks its trees
-grow on (`train.rollout_trees.collect_trees`, sampling one episode per task).
+grow on (`train.collect.collect_trees`, sampling one episode per task).
 """
 from __future__ import annotations
 

@@ -86,6 +86,13 @@ def gain(node: Node, kappa: float, kind: str) -> float:
 
 ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("focus allocator")
 
+# What the planner reads of `algo` (the FOCUS controllers, in process and on the path
+# scheduler, declare it where they register)
+PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain",
+                   "algo.focus_evidence", "algo.focus_max_inflight", "algo.kappa",
+                   "algo.focus_baseline", "algo.focus_prior", "algo.gamma",
+                   "algo.overlong_shaping", "algo.overlong_cache")
+
 
 @ALLOCATORS.register("focus")
 def _largest_gain(cands: list[Node], rng: random.Random) -> Node | None:

@@ -56,7 +56,7 @@ from ..registry import Registry
 from ..types import Episode
 from .controllers import RolloutContext, RolloutResult, record_spend, spend_limit
 from .executors import INF, PathEvent, PathJob, Report
-from .planner import FocusPlanner, PlanPath, seed_base
+from .planner import PLANNER_READS, FocusPlanner, PlanPath, seed_base
 from .tree import Node
 from .values import CriticValues
 
@@ -271,7 +271,7 @@ class PathRunner:
     after_report: Callable[[PathScheduler], None] | None = None
 
 
-@PATH_CONTROLLERS.register("focus")
+@PATH_CONTROLLERS.register("focus", reads=PLANNER_READS)
 def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
     """The FOCUS step (same trees as `controllers.focus` given the same seeds)."""
     t0 = time.perf_counter()
@@ -286,7 +286,7 @@ def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> R
     return res
 
 
-@PATH_CONTROLLERS.register("linear")
+@PATH_CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.overlong_shaping", "algo.overlong_cache"))
 def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
     """`group_size` episodes per task; episode i (task-major) samples from
     `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`, as many

@@ -127,7 +127,7 @@ def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]
     return eps
 
 
-@CONTROLLERS.register("vine")
+@CONTROLLERS.register("vine", reads=("algo.vine_k", "algo.overlong_shaping", "algo.overlong_cache"))
 def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     """G episodes per task plus `algo.vine_k` value continuations from every boundary state."""
     snaps: dict[int, list[tuple[int, object]]] = {}

@@ -144,6 +144,58 @@ def load_saved_checked(run_dir, sets: list[str] | None = None) -> RunConfig:
     return check_names(load_saved(run_dir, sets))
 
 
+# ------------------------------------------------------------------ a command's config
+def flags(method=None, env=None, model=None, engine=None, seed=None, out=None) -> dict:
+    """CLI flags as dotted config keys (None = not given)."""
+    return {"env.name": env, "model.name": model, "rollout.engine": engine, "seed": seed,
+            "out": None if out is None else str(out), "_method": method}
+
+
+def load_config(config: Path | str | None, sets: list[str] | None, benchmark: str | None = None,
+                **kw) -> RunConfig:
+    """The checked RunConfig of a command (`load_checked`), its flags given as `kw` (`flags`).
+    `benchmark` (a benchmarks.yaml entry) sets the env and its presets, after checking that the
+    benchmark can run here (else a one-line error); `--env` naming a benchmark's env applies
+    the same presets. Then what a user env must offer (`user_env_needs`)."""
+    from ..envs.benchmarks import get_benchmark, load_benchmarks
+
+    f = flags(**kw)
+    method = f.pop("_method")
+    presets = None
+    if benchmark is not None:
+        if f["env.name"] is not None:
+            raise ConfigError("give --benchmark or --env, not both")
+        b = get_benchmark(benchmark)
+        b.check()
+        presets = b.presets()
+    elif f["env.name"] is not None:
+        try:
+            table = load_benchmarks()
+        except ConfigError:
+            table = {}
+        # the entry named like the env first (`search`, not its variant `search-long`)
+        same = sorted((b for b in table.values() if b.env == f["env.name"]),
+                      key=lambda b: b.name != f["env.name"])
+        presets = same[0].presets() if same else None
+    cfg = load_checked(str(config) if config else None, sets, method=method, presets=presets, **f)
+    user_env_needs(cfg, forks=method is not None)
+    return cfg
+
+
+def user_env_needs(cfg: RunConfig, forks: bool = True) -> None:
+    """What a user env must offer for this command, checked before any model loads: a scripted
+    expert for `--model tiny`; with `forks`, the fork check when the method's controller forks
+    episodes (FOCUS, VinePPO; training checks its own method in any case)."""
+    from ..envs.base import check_tiny_env
+    from ..envs.checker import require_fork
+    from ..methods import FORKING_CONTROLLERS
+
+    if cfg.model.name == "tiny":
+        check_tiny_env(cfg.env)
+    if forks and cfg.algo.controller in FORKING_CONTROLLERS:
+        require_fork(cfg.env, f"method {cfg.method}")
+
+
 # ------------------------------------------------------------------ what a rollout allocates
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 

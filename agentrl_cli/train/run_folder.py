@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -284,3 +285,10 @@ class RunFolder:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def default_out(cfg) -> Path:
+    """A run's folder: `out` when given, else runs/<time>-<method>-<env>."""
+    if cfg.out:
+        return Path(cfg.out)
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.method}-{cfg.env.name}"

@@ -71,7 +71,7 @@ def answer_mean_logprobs(model, rows: list[list[int]], starts: list[int], pad_id
     return out
 
 
-@PREPARERS.register("trace")
+@PREPARERS.register("trace", reads=("algo.trace_answer",))
 def prepare_trace(learner, batch, episodes: list[Episode], fmt, cfg) -> None:
     """Fill TRACE's reference log-probs (see the module docstring)."""
     model = learner.reference

@@ -1,0 +1,183 @@
+"""What a sweep is: its axes and cells (`plan`), the papers' named ablations (`PRESETS`), the
+run folders and configs of its cells (`Sweep`), and what is printed and recorded before it runs
+(`plan_lines`, `warmup_warnings`, `record`)."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..config import RunConfig
+from ..errors import ConfigError
+from ..registry import Registry
+from ..train.preflight import load_checked
+from ..train.run_folder import atomic_write_text
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str                                          # shown in cell names and tables
+    values: tuple[tuple[str, tuple[str, ...]], ...]    # (label, --set overrides) per value
+
+    @classmethod
+    def key(cls, key: str, values: list[str]) -> "Axis":
+        """A plain config key swept over values, `key=v` for each."""
+        return cls(key, tuple((v, (f"{key}={v}",)) for v in values))
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    method: str
+    params: dict = field(default_factory=dict, hash=False)   # axis name -> label
+    sets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Preset:
+    summary: str
+    methods: tuple[str, ...]
+    axes: Callable[[RunConfig], list[Axis]]               # from the base config
+
+
+PRESETS: Registry[Preset] = Registry("ablation preset")
+PRESETS.register("refinement", Preset(
+    "FOCUS with and without refinement rollouts (continuations); without them the budget goes "
+    "to group_size independent root episodes per task",
+    ("focus",),
+    lambda cfg: [Axis("refinement", (
+        ("on", ()),
+        ("off", ("algo.focus_max_inflight=0", f"algo.focus_roots={cfg.rollout.group_size}"))))]))
+PRESETS.register("turn-ratio", Preset(
+    "MPO's importance ratio: turn-level (turn_ratio) vs token-level (ppo_clip)",
+    ("mpo",),
+    lambda cfg: [Axis("loss", (("turn_ratio", ("algo.loss=turn_ratio",)),
+                               ("ppo_clip", ("algo.loss=ppo_clip",))))]))
+PRESETS.register("trace-k", Preset(
+    "TRACE look-ahead K = 3 vs K = 0 (K = 0: an empty look-ahead, so no turn credit: "
+    "expressed as algo.alpha_turn=0, since algo.trace_k must be >= 1)",
+    ("trace",),
+    lambda cfg: [Axis("trace_k", (("3", ("algo.trace_k=3",)), ("0", ("algo.alpha_turn=0",))))]))
+PRESETS.register("workspace", Preset(
+    "FOCUS with a compaction operator vs an in-memory workspace (put/get/scan/delete tools)",
+    ("focus",),
+    lambda cfg: [Axis("context", (("compaction", ("context.operator=compaction",)),
+                                  ("workspace", ("context.operator=workspace",))))]))
+PRESETS.register("compaction-style", Preset(
+    "FOCUS with compaction: free-form vs structured (four sections) summary prompt",
+    ("focus",),
+    lambda cfg: [Axis("style", (("free", ("context.operator=compaction", "context.style=free")),
+                                ("structured", ("context.operator=compaction",
+                                                "context.style=structured"))))]))
+
+
+def short(key: str, keys: list[str]) -> str:
+    """`algo.beta` -> `beta` unless another swept key ends the same way."""
+    tail = key.rsplit(".", 1)[-1]
+    return tail if sum(k.rsplit(".", 1)[-1] == tail for k in keys) == 1 else key
+
+
+def plan(methods: list[str], axes: list[Axis]) -> list[Cell]:
+    """Every combination of method and axis values, methods outermost."""
+    names = [a.name for a in axes]
+    for a in axes:
+        if not a.values:
+            raise ConfigError(f"axis '{a.name}' has no values")
+    cells = []
+    for m in methods:
+        for combo in itertools.product(*[a.values for a in axes]):
+            params = {a.name: label for a, (label, _) in zip(axes, combo)}
+            sets = tuple(s for _, ss in combo for s in ss)
+            name = "_".join([m] + [f"{short(k, names)}={v}" for k, v in params.items()])
+            cells.append(Cell(name.replace("/", "-"), m, params, sets))
+    if len({c.name for c in cells}) != len(cells):
+        raise ConfigError("two cells of the sweep have the same name (a value repeated?)")
+    return cells
+
+
+@dataclass
+class Sweep:
+    out: Path
+    cells: list[Cell]
+    seeds: list[int]
+    config_file: str | None = None
+    base_sets: list[str] = field(default_factory=list)
+    budget: int = 0                                     # rollout.budget_tokens of every cell
+
+    def run_dir(self, cell: Cell, seed: int) -> Path:
+        return self.out / "cells" / cell.name / f"seed-{seed}"
+
+    def cell_sets(self, cell: Cell) -> list[str]:
+        return [*self.base_sets, *cell.sets, f"rollout.budget_tokens={self.budget}"]
+
+    def cell_config(self, cell: Cell, seed: int) -> RunConfig:
+        """The cell's config, its plugin names checked (a typo fails before any run)."""
+        return load_checked(self.config_file, self.cell_sets(cell), method=cell.method, seed=seed,
+                    out=str(self.run_dir(cell, seed)))
+
+
+def record(sweep: Sweep, axes: list[Axis], preset: str | None) -> None:
+    """`<out>/ablation.json`: what was swept and at which budget (read back on rerun)."""
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    data = {"budget_tokens": sweep.budget, "seeds": sweep.seeds, "preset": preset,
+            "methods": sorted({c.method for c in sweep.cells}),
+            "axes": {a.name: [{"label": l, "sets": list(s)} for l, s in a.values] for a in axes},
+            "config": sweep.config_file, "sets": sweep.base_sets,
+            "cells": [dataclasses.asdict(c) for c in sweep.cells]}
+    atomic_write_text(sweep.out / "ablation.json", json.dumps(data, indent=2))
+
+
+def warmup_warnings(configs: list[RunConfig]) -> list[str]:
+    """A cell whose recipe trains only its critic for `train.critic_warmup` steps never moves
+    its policy when train.steps does not exceed them: every such cell ends where it started."""
+    from ..methods import METHODS
+
+    out = []
+    for cfg in configs:
+        w, s = cfg.train.critic_warmup, cfg.train.steps
+        if METHODS.get(cfg.method).critic and w > 0 and s <= w:
+            out.append(f"{cfg.method}: train.steps {s} does not exceed its critic warm-up "
+                       f"(train.critic_warmup {w}): the policy is never updated, so these "
+                       f"cells measure the base model; use --steps {w + 10} or more, or "
+                       f"--set train.critic_warmup=0")
+    return list(dict.fromkeys(out))
+
+
+def plan_lines(sweep: Sweep, configs: list[RunConfig], rollout_seconds: float | None,
+               jobs: int = 1) -> list[str]:
+    """What the sweep will do, before it starts: cells, seeds, steps, budget, a time estimate.
+
+    The estimate [our choice, rough]: a training step costs about twice its rollout (the update
+    about as much again), an evaluation what its episodes cost at the measured rate; from the
+    budget measurement's wall time when this invocation measured it, else from finished runs
+    of this sweep, else none."""
+    runs = len(sweep.cells) * len(sweep.seeds)
+    steps = sorted({c.train.steps for c in configs})
+    warm = {c.method: c.train.critic_warmup for c in configs if c.train.critic_warmup}
+    lines = [f"[bold]agentrl ablate[/] {len(sweep.cells)} cells x {len(sweep.seeds)} seed(s) = "
+             f"{runs} runs of {'/'.join(map(str, steps))} steps, budget "
+             f"{sweep.budget or 'uncapped'} tokens/step -> {sweep.out}",
+             "  cells: " + ", ".join(c.name for c in sweep.cells)
+             + f"; seeds {','.join(map(str, sweep.seeds))}"]
+    for m, w in warm.items():
+        lines.append(f"  {m}: the first {w} steps train only the critic (train.critic_warmup)")
+    est = None
+    if rollout_seconds:
+        per_run = 0.0
+        for c in configs:
+            r = c.rollout
+            evals = (c.train.steps // c.train.eval_every if c.train.eval_every else 0) + 2
+            eval_share = c.train.eval_tasks * c.train.eval_samples / max(1, r.tasks_per_step * r.group_size)
+            per_run += rollout_seconds * (2 * c.train.steps + evals * eval_share)
+        est = per_run / len(configs) * runs / max(1, min(jobs, runs))
+    else:
+        done = [json.loads(p.read_text()) for p in sweep.out.glob("cells/*/seed-*/summary.json")]
+        if done:
+            est = sum(d["wall_seconds"] for d in done) / len(done) * runs / max(1, min(jobs, runs))
+    lines.append(f"  time: about {est / 60:.0f} min in all (rough estimate; finished runs are skipped)"
+                 if est is not None else
+                 "  time: no estimate yet (each run prints a line per step with its ETA)")
+    return lines

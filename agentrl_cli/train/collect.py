@@ -1,0 +1,177 @@
+"""What `agentrl rollout` collects (`collect_rollout`, the command's library function): plain
+episodes of the model or of the env's scripted expert (`rollout.collect.collect`), or, for a
+method whose controller grows search trees (`methods.TREE_CONTROLLERS`), its trees
+(`collect_trees`), grown from the critic `agentrl train` would start from (a checkpoint's own
+critic, else the recipe's initial critic): choosing that critic is the trainer's business, so
+this lives in `train/`. The JSONL file is written atomically (`write_rollout`)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..config import RunConfig
+from ..errors import ConfigError
+from ..models.critic import critic_from_checkpoint
+from ..rollout.controllers import CONTROLLERS, RolloutContext
+from ..rollout.matched_budget import matched_budget
+from ..rollout.runtime import build_runtime
+from . import checkpoint
+from .learner import initial_critic
+
+
+def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int | None = None,
+                  log=print):
+    """FOCUS tree rollouts: `n` trees, one per task (the first `n` tasks of `split`) ->
+    (episodes, trees, budget). Each tree grows as a training step would grow it for its task,
+    with `group_size` (default `rollout.group_size`) standing for the episodes per task of
+    the GRPO step it is matched to.
+
+    The critic is the one `agentrl train` would use: a checkpoint's own (value head or separate
+    critic model) when `cfg.model.name` is a checkpoint folder, else the recipe's initial
+    critic (`train.learner.initial_critic`: for FOCUS on the tiny build, its fitted value head).
+    The budget is `rollout.budget_tokens`; when that is 0 and the recipe matches budgets
+    (`rollout.budget_match`, FOCUS's default), it is what a GRPO step would generate on these
+    tasks (`rollout.matched_budget`, one linear episode per task sampled first, same seed,
+    scaled to n x `group_size` episodes), as `train` sets it from the base policy. Without
+    either, each tree completes `group_size` paths (so with `group_size` 1 it cannot branch)."""
+    group_size = cfg.rollout.group_size if group_size is None else group_size
+    rt = build_runtime(cfg)
+    tasks = rt.spec.tasks(split, n)
+    ckpt = Path(cfg.model.name)
+    if (ckpt / checkpoint.STATE_FILE).is_file():
+        critic = critic_from_checkpoint(checkpoint.load_state(ckpt), rt.model)
+    else:
+        critic = initial_critic(cfg, rt.model, rt.model_path, log)
+    budget = cfg.rollout.budget_tokens
+    if budget <= 0 and cfg.rollout.budget_match:
+        budget = matched_budget(rt, tasks, group_size, cfg.seed, sampled_per_task=1)
+        log(f"budget: {budget} tokens ({len(tasks)} tasks x {group_size} x "
+            f"{budget / max(1, len(tasks) * group_size):.1f} tokens per linear episode: a GRPO "
+            "step on these tasks)")
+    ctx = RolloutContext(rt.engine, rt.fmt, rt.spec, rt.params, group_size, cfg.rollout.max_tokens,
+                         cfg.rollout.batch_size, budget,
+                         torch.Generator().manual_seed(cfg.seed), algo=cfg.algo,
+                         critic=critic)
+    result = CONTROLLERS.get(cfg.algo.controller)(ctx, tasks)
+    return result.episodes, result.extras["trees"], budget
+
+
+@dataclass
+class RolloutRequest:
+    """What `agentrl rollout` was asked (its options; None: not given)."""
+
+    out: Path
+    n: int
+    policy: str = "model"                 # model | expert
+    split: str = "eval"
+    group_size: int | None = None
+    checkpoint: Path | None = None
+    method: str | None = None
+    env: str | None = None
+    benchmark: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    config: Path | None = None
+    sets: tuple[str, ...] = ()
+    seed: int | None = None
+    overwrite: bool = False
+
+
+@dataclass
+class Collected:
+    cfg: RunConfig
+    episodes: list
+    trees: list | None = None             # a tree method's trees (None: plain episodes)
+    budget: int | None = None             # the trees' token budget
+
+
+def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig, bool]:
+    """The request's config and whether it grows trees, every check before any model loads:
+    the policy, the output file, the expert, the split (building `tiny` where needed), the
+    prompts and rows in flight."""
+    from .preflight import check_rollout_memory, load_config
+    from .run_folder import check_output_file
+
+    if req.policy not in ("model", "expert"):
+        raise ConfigError(f"--policy must be model or expert, got '{req.policy}'")
+    check_output_file(req.out)
+    if req.out.exists() and not req.overwrite:
+        raise ConfigError(f"--out {req.out} exists: pass --overwrite to replace it, or give "
+                          "another file")
+    model = req.model
+    if req.checkpoint is not None:
+        from .checkpoint import find
+        model = str(find(req.checkpoint, log=log))
+    cfg = load_config(req.config, list(req.sets), benchmark=req.benchmark, method=req.method,
+                      env=req.env, model=model, engine=req.engine, seed=req.seed)
+    if req.policy == "expert":
+        from ..envs.base import has_expert, make_env_spec
+
+        if not has_expert(make_env_spec(cfg.env)):
+            raise ConfigError(f"env '{cfg.env.name}' has no scripted expert (spec.expert): "
+                              "--policy expert needs one; roll out a model with --policy model")
+    _build_model(cfg, req.policy, req.split)
+    # trees only when asked for by name: the default recipe (focus) must not turn a plain
+    # `agentrl rollout` into tree search
+    from ..methods import TREE_CONTROLLERS
+    trees = req.policy == "model" and req.method is not None and cfg.algo.controller in TREE_CONTROLLERS
+    if req.policy == "model":             # prompts within max_tokens, rows x context in memory
+        rows = 2 * cfg.rollout.batch_size if trees else min(req.n, cfg.rollout.batch_size)
+        check_rollout_memory(cfg, rows, req.split, req.n if trees else -(-req.n // (req.group_size or 1)))
+    return cfg, trees
+
+
+def _build_model(cfg: RunConfig, policy: str, split: str) -> None:
+    """Build `tiny` where the rollout needs its folder: the policy's, or the tokenizer an expert
+    rollout records with. On a real benchmark's env, or an env without a train split, an
+    expert rollout with `tiny` records bytes instead (`rollout.collect.expert_format`). An
+    unknown split is reported first, before any work."""
+    from ..context import make_spec
+    from ..envs.benchmarks import real_benchmark_envs
+    from .tiny_build import ensure_model
+
+    if cfg.model.name != "tiny" or policy == "expert" and cfg.env.name in real_benchmark_envs():
+        return
+    spec = make_spec(cfg)
+    spec.tasks(split, 1)
+    if policy == "expert":
+        try:
+            spec.tasks("train", 1)
+        except ConfigError:
+            return
+    ensure_model(cfg)
+
+
+def write_rollout(out: Path, episodes: list, trees: list | None) -> None:
+    """The JSONL file, atomically: one episode per line, or one tree per line (its paths'
+    episodes included: `rollout.collect.tree_rows`)."""
+    from ..rollout.collect import tree_rows
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with tmp.open("w") as f:
+        rows = tree_rows(trees, episodes) if trees is not None else [e.to_json() for e in episodes]
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    tmp.replace(out)
+
+
+def collect_rollout(req: RolloutRequest, log: Callable[[str], None] = print) -> Collected:
+    """`agentrl rollout`: check everything (`_checked`), collect the episodes or trees, write
+    the file."""
+    from ..rollout.collect import collect
+
+    cfg, trees = _checked(req, log)
+    if trees:
+        eps, grown, budget = collect_trees(cfg, n=req.n, split=req.split,
+                                           group_size=req.group_size, log=log)
+        res = Collected(cfg, eps, grown, budget)
+    else:
+        res = Collected(cfg, collect(cfg, n=req.n, policy=req.policy, split=req.split,
+                                     group_size=req.group_size or 1))
+    write_rollout(req.out, res.episodes, res.trees)
+    return res

@@ -1,0 +1,101 @@
+"""`agentrl train`'s library function: from the command's options to a finished run.
+
+A new run: its config (`preflight.load_config`), the held-out tasks checked, its folder
+(`run_folder.default_out`). A resumed run (`--resume`): only options that cannot change it are
+accepted, the run's own config plus the `--set`s a resume may change, and what changed is
+recorded in the run folder; a run that already ran its steps is reported, not rerun.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from ..config import RunConfig, load_saved, resume_changes
+from ..errors import ConfigError
+from .checkpoint import is_checkpoint
+from .loop import train
+from .preflight import check_eval_tasks, load_config, load_saved_checked
+from .run_folder import default_out, record_resume
+
+
+@dataclass
+class TrainRequest:
+    """What `agentrl train` was asked (its options; None: not given)."""
+
+    method: str | None = None
+    env: str | None = None
+    benchmark: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    config: Path | None = None
+    sets: list[str] = field(default_factory=list)   # --set, and the shortcuts as --sets
+    seed: int | None = None
+    out: Path | None = None
+    resume: Path | None = None
+    overwrite: bool = False
+
+
+def resumed(req: TrainRequest) -> tuple[RunConfig, Path, dict]:
+    """A resumed run's (config, folder, what the resume changed): the folder given, wherever it
+    now is (a moved or copied run), not the saved `out`."""
+    if req.out is not None or req.overwrite:
+        raise ConfigError("--resume continues the run in its own folder: drop --out and "
+                          "--overwrite")
+    given = [opt for opt, v in (("--method", req.method), ("--env", req.env),
+                                ("--seed", req.seed), ("--config", req.config),
+                                ("--model", req.model), ("--benchmark", req.benchmark),
+                                ("--engine", req.engine)) if v is not None]
+    if given:
+        raise ConfigError(f"{given[0]} would change the resumed run: a resume continues with "
+                          f"the run's own settings; drop {given[0]}, or start a new run with "
+                          "--out")
+    run_dir = req.resume.parent.parent if is_checkpoint(req.resume) else req.resume
+    saved = load_saved(run_dir)
+    cfg = dataclasses.replace(load_saved_checked(run_dir, req.sets), out=str(run_dir))
+    record = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "changed": resume_changes(saved, cfg)}
+    return cfg, run_dir, record
+
+
+def finished(run_dir: Path, cfg: RunConfig) -> bool:
+    """Whether the run's summary.json says it already ran exactly `cfg.train.steps` steps (fewer
+    is the trainer's one-line error: a run is not cut back)."""
+    try:
+        done = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["steps"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return False
+    return isinstance(done, int) and cfg.train.steps == done
+
+
+def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
+           announce: Callable[[RunConfig, Path], None] | None = None) -> tuple[Path, dict | None]:
+    """Train as asked -> (the run folder, the run's summary: `train.loop.train`), the summary
+    None for a resumed run that already ran its steps (said in one line). `announce(cfg, out)` is called once the run
+    folder passed its checks, before any model is loaded."""
+    record = None
+    if req.resume is not None:
+        cfg, out, record = resumed(req)
+        if finished(out, cfg):
+            log(f"{out} is finished ({cfg.train.steps} steps, summary.json): nothing to resume; "
+                "raise train.steps (--steps N) to continue it")
+            return out, None
+    else:
+        cfg = load_config(req.config, req.sets, benchmark=req.benchmark, method=req.method,
+                          env=req.env, model=req.model, engine=req.engine, seed=req.seed,
+                          out=req.out)
+        check_eval_tasks(cfg)
+        out = default_out(cfg)
+        cfg = dataclasses.replace(cfg, out=str(out))
+
+    def ready() -> None:                  # under the run folder's lock
+        if record is not None:
+            record_resume(out, record)
+        if announce is not None:
+            announce(cfg, out)
+
+    return out, train(cfg, out, resume=str(req.resume) if req.resume else None, log=log,
+                      progress=progress, overwrite=req.overwrite, ready=ready)
