@@ -282,13 +282,17 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
     # the nodes they created (a fork from such a row would see the wrong context)
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, spec, "focus", budget=420, max_tokens=900,
                                         focus_allocator="uniform"), spec.tasks("train", 2))
+    from agentrl_cli.credit.focus_credit import path_values, refine_tree
+
     eps = res.episodes
     for tree in res.extras["trees"]:
+        arr = tree.arrays()
+        vals = refine_tree(arr, 1.0, 1.0)
         for pid, node_ids in tree.paths.items():
             ep, inner = eps[pid], [tree.nodes[i] for i in node_ids[:-1]]
             # one node per segment, at the segment's start: the root, then each context reset
             assert [nd.position for nd in inner] == ep.segment_starts
-            assert len(res.extras["focus_values"][pid]) == len(inner) == len(ep.window_starts) + 1
+            assert len(path_values(arr, vals, pid)) == len(inner) == len(ep.window_starts) + 1
             for k, nd in enumerate(inner[1:], start=1):
                 assert window_of(ep, nd.position) == k
                 summary = ep.turns[nd.depth - 1]

@@ -85,10 +85,10 @@ def test_simulation_bookkeeping_and_incremental_refine(evidence):
         parent = [nd.parent for nd in tree.nodes]
         _, vt = refine_values(parent, [nd.reward for nd in tree.nodes],
                               [0.0 if nd.terminal else nd.v for nd in tree.nodes], spec.kappa, spec.gamma)
-        assert [nd.V_tilde for nd in tree.nodes] == pytest.approx(vt, abs=1e-12)
+        assert [sim.vt[t][nd.id] for nd in tree.nodes] == pytest.approx(vt, abs=1e-12)
     assert leaves == 3 * spec.roots + 40
     # the reported MSE is over the audit nodes only (the root episodes' states), with their truth
-    want = sum((sim.trees[t].nodes[i].V_tilde - world.trees[t].value[sim.states[t][i].key]) ** 2
+    want = sum((sim.vt[t][i] - world.trees[t].value[sim.states[t][i].key]) ** 2
                for t in range(3) for i in sim.audit[t]) / sim.n_audit
     assert curve[-1] == pytest.approx(want)
 

@@ -1,7 +1,6 @@
 """FOCUS: tree rollouts, allocation, refined values and credit, and an end-to-end training run."""
 from __future__ import annotations
 
-import copy
 
 import json
 import math
@@ -14,7 +13,9 @@ from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.credit import focus_gain, refine_values, segment_td_advantages
 from agentrl_cli.credit.estimators import ESTIMATORS
-from agentrl_cli.credit.focus_estimator import focus_segment_advantages
+from agentrl_cli.credit.focus_credit import (FocusTree, focus_segment_advantages, path_credit,
+                                            path_values, path_values_loo, refine_tree,
+                                            tree_prior, tree_values)
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout import focus as focus_mod
@@ -106,11 +107,12 @@ def test_no_branching_advantages_are_td0_of_refined_values(linear_case, micro_po
     assert int(credit.value_mask.sum()) == n_inner
     # with a (nearly) infinitely confident critic V~ = V: plain segment TD(0) on the critic
     for tree in res.extras["trees"]:
-        tree.refine(kappa=1e9, gamma=1.0)
+        arr = tree.arrays()
+        vals = refine_tree(arr, kappa=1e9, gamma=1.0)
         for pid in tree.paths:
             e = res.episodes[pid]
             v = [tree.nodes[i].v for i in tree.paths[pid][:-1]]
-            got = segment_td_advantages(tree.path_values(pid), e.reward, 1.0, 0.0)
+            got = segment_td_advantages(path_values(arr, vals, pid), e.reward, 1.0, 0.0)
             want = [(e.reward if k == len(v) - 1 else v[k + 1]) - v[k] for k in range(len(v))]
             assert got == pytest.approx(want, abs=1e-6)
 
@@ -267,25 +269,41 @@ def _hand_tree() -> Tree:
     return t
 
 
+def _hand_arrays() -> FocusTree:
+    """`_hand_tree` written as the arrays the rollout hands to credit."""
+    return FocusTree(parent=[-1, 0, 1, 1, 0, 4], reward=[None, None, 1.0, 0.0, None, 1.0],
+                     critic=[0.4, 0.6, None, None, 0.2, None], position=[10, 20, 30, 31, 22, 40],
+                     creator=[0, 0, 0, 1, 2, 2], paths={0: [0, 1, 2], 1: [0, 1, 3], 2: [0, 4, 5]})
+
+
+def test_the_rollout_hands_credit_plain_tree_arrays():
+    assert _hand_tree().arrays() == _hand_arrays()
+
+
 def test_refine_wiring_on_a_hand_tree():
-    t = _hand_tree()
+    t = _hand_arrays()
     gamma = 0.9
-    t.refine(kappa=1.0, gamma=gamma)
+    vals = refine_tree(t, kappa=1.0, gamma=gamma)
     v1 = (0.6 + 2 * 0.5) / 3
     v4 = (0.2 + 1.0) / 2
     g0 = gamma * (v1 + v4) / 2
     v0 = (0.4 + 2 * g0) / 3
-    assert [nd.G_bar for nd in t.nodes] == pytest.approx([g0, 0.5, None, None, 1.0, None])
-    assert [nd.V_tilde for nd in t.nodes] == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
-    assert t.path_values(0) == pytest.approx([v0, v1])
-    adv = focus_segment_advantages([t.path_values(p) for p in (0, 1, 2)], [1.0, 0.0, 1.0], gamma, 0.0)
+    assert vals.G_bar == pytest.approx([g0, 0.5, None, None, 1.0, None])
+    assert vals.V_tilde == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
+    assert path_values(t, vals, 0) == pytest.approx([v0, v1])
+    adv = focus_segment_advantages([path_values(t, vals, p) for p in (0, 1, 2)], [1.0, 0.0, 1.0],
+                                   gamma, 0.0)
     want = [[gamma * v1 - v0, 1 - v1], [gamma * v1 - v0, -v1], [gamma * v4 - v0, 1 - v4]]
     torch.testing.assert_close(adv, torch.tensor(want), rtol=0, atol=1e-6)
     lam = 0.5  # TD(lambda) option
-    adv = focus_segment_advantages([t.path_values(0)], [1.0], gamma, lam)
+    adv = focus_segment_advantages([path_values(t, vals, 0)], [1.0], gamma, lam)
     d0, d1 = gamma * v1 - v0, 1 - v1
     assert adv[0].tolist() == pytest.approx([d0 + gamma * lam * d1, d1])
-    row = json.loads(json.dumps(t.to_json()))
+    # the critic targets: G_bar of each inner node with children, in the episode that made it
+    values, targets, _ = path_credit([t], _algo(kappa=1.0, gamma=gamma), 3)
+    assert values[1] == pytest.approx([v0, v1])
+    assert targets == [[(10, pytest.approx(g0)), (20, pytest.approx(0.5))], [], [(22, 1.0)]]
+    row = json.loads(json.dumps(_hand_tree().to_json(vals)))
     assert row["nodes"][1]["n"] == 0 and row["nodes"][2]["cbar"] == 1.0
     assert row["nodes"][0]["G_bar"] == pytest.approx(g0) and row["nodes"][4]["V_tilde"] == pytest.approx(v4)
     assert {"v", "n", "cbar", "g", "G_bar", "V_tilde"} <= set(row["nodes"][0])
@@ -447,83 +465,88 @@ def test_run_stats_reads_gradient_norms_and_checks(tmp_path):
 
 def test_leave_one_out_values_keep_a_path_out_of_its_own_baseline():
     """`algo.focus_baseline=loo` on `_hand_tree`."""
-    t = _hand_tree()
+    t = _hand_arrays()
     gamma = 0.9
-    t.refine(kappa=1.0, gamma=gamma)
+    vals = refine_tree(t, kappa=1.0, gamma=gamma)
     v4 = (0.2 + 1.0) / 2
     # path 0 (leaf R=1) out: node 1 keeps path 1's leaf (0); node 4 is untouched
     a1 = (0.6 + 0.0) / 2
     a0 = (0.4 + gamma * a1 + gamma * v4) / 3
-    assert t.path_values_loo(0, 1.0, gamma) == pytest.approx([a0, a1])
+    assert path_values_loo(t, vals, 0, 1.0, gamma) == pytest.approx([a0, a1])
     # path 2 out: node 4 has no evidence left, so its critic value stands in for it
     v1 = (0.6 + 1.0 + 0.0) / 3
     c0 = (0.4 + gamma * v1 + gamma * 0.2) / 3
-    assert t.path_values_loo(2, 1.0, gamma) == pytest.approx([c0, 0.2])
+    assert path_values_loo(t, vals, 2, 1.0, gamma) == pytest.approx([c0, 0.2])
     # the outcome of a path never moves its own LOO values
-    before = t.path_values_loo(0, 1.0, gamma)
-    t.nodes[2].reward = 0.0
-    t.refine(kappa=1.0, gamma=gamma)
-    assert t.path_values_loo(0, 1.0, gamma) == pytest.approx(before)
-    assert t.path_values(0) != pytest.approx(before)
+    before = path_values_loo(t, vals, 0, 1.0, gamma)
+    t.reward[2] = 0.0
+    vals = refine_tree(t, kappa=1.0, gamma=gamma)
+    assert path_values_loo(t, vals, 0, 1.0, gamma) == pytest.approx(before)
+    assert path_values(t, vals, 0) != pytest.approx(before)
+    # the estimator's baseline follows algo.focus_baseline
+    loo, _, _ = path_credit([t], _algo(kappa=1.0, gamma=gamma, focus_baseline="loo"), 3)
+    assert loo[0] == pytest.approx(before)
 
 
 def test_tree_prior_replaces_the_critic_in_the_refined_values():
     """`algo.focus_prior=tree` on `_hand_tree`: every node's V(s) in Eq. 1 is the tree's mean
     reward m = 2/3; with leave-one-out values an unbranched stretch's baseline is m itself."""
-    t = _hand_tree()
+    t = _hand_arrays()
     gamma = 0.9
-    m = t.mean_reward()
+    m = tree_prior(t)
     assert m == pytest.approx(2 / 3)
-    t.refine(kappa=1.0, gamma=gamma, prior=m)
+    vals = refine_tree(t, kappa=1.0, gamma=gamma, prior=m)
     v1 = (m + 2 * 0.5) / 3
     v4 = (m + 1.0) / 2
     v0 = (m + 2 * gamma * (v1 + v4) / 2) / 3
-    assert [nd.V_tilde for nd in t.nodes] == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
+    assert vals.V_tilde == pytest.approx([v0, v1, 1.0, 0.0, v4, 1.0])
+    assert tree_values(t, _algo(kappa=1.0, gamma=gamma, focus_prior="tree")).V_tilde == vals.V_tilde
     # path 2 out: node 4 has no evidence left and falls back to the prior, not its critic (0.2)
     v1_all = (m + 1.0 + 0.0) / 3
-    assert t.path_values_loo(2, 1.0, gamma) == pytest.approx(
+    assert path_values_loo(t, vals, 2, 1.0, gamma) == pytest.approx(
         [(m + gamma * v1_all + gamma * m) / 3, m])
-    t.refine(kappa=1.0, gamma=gamma)                   # the critic again: different values
-    assert t.nodes[4].V_tilde == pytest.approx((0.2 + 1.0) / 2)
+    vals = refine_tree(t, kappa=1.0, gamma=gamma)      # the critic again: different values
+    assert vals.V_tilde[4] == pytest.approx((0.2 + 1.0) / 2)
 
 
 def test_focus_prior_reaches_the_estimator(micro_policy):
-    """The controller refines with the tree's mean reward when asked."""
+    """Credit refines a rollout's trees with their mean reward when asked."""
     head = random_value_head(micro_policy[0])
     tasks = micro_policy[3].tasks("train", 2)
     algo = _algo(focus_roots=2, focus_prior="tree")
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
+    values, _, refined = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
     moved = False
-    for tree in res.extras["trees"]:
-        got = [nd.V_tilde for nd in tree.nodes]
-        want = copy.deepcopy(tree)
-        want.refine(algo.kappa, algo.gamma, prior=tree.mean_reward())
-        assert got == pytest.approx([nd.V_tilde for nd in want.nodes])
-        want.refine(algo.kappa, algo.gamma)              # what the critic prior gives
-        moved |= got != pytest.approx([nd.V_tilde for nd in want.nodes])
-        mine = [v for e, v in zip(res.episodes, res.extras["focus_values"]) if e.group == tree.group]
-        assert sorted(mine) == sorted(tree.path_values(p) for p in tree.paths)
+    for tree, got in zip(res.extras["focus_trees"], refined):
+        want = refine_tree(tree, algo.kappa, algo.gamma, prior=tree_prior(tree))
+        assert got.V_tilde == pytest.approx(want.V_tilde)
+        critic = refine_tree(tree, algo.kappa, algo.gamma)   # what the critic prior gives
+        moved |= got.V_tilde != pytest.approx(critic.V_tilde)
+        for p in tree.paths:
+            assert values[p] == path_values(tree, want, p)
     assert moved
     with pytest.raises(ConfigError, match="focus_prior"):
         _algo(focus_prior="mean")
 
 
 def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
-    """The controller hands the estimator LOO values when asked, refined ones by default."""
+    """Credit takes LOO baselines when asked, refined values by default; the rollout does not
+    depend on the choice."""
     model, tok, fmt, spec = micro_policy
     head = random_value_head(model)
     tasks = spec.tasks("train", 2)
-    got = {}
+    got, trees = {}, {}
     for kind in ("refined", "loo"):
         algo = _algo(focus_roots=2, focus_baseline=kind)
         res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
-        for tree in res.extras["trees"]:
-            want = [tree.path_values(p) if kind == "refined"
-                    else tree.path_values_loo(p, algo.kappa, algo.gamma) for p in tree.paths]
-            mine = [v for e, v in zip(res.episodes, res.extras["focus_values"]) if e.group == tree.group]
-            assert sorted(mine) == sorted(want)
-        got[kind] = res.extras["focus_values"]
+        values, _, refined = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
+        for tree, vals in zip(res.extras["focus_trees"], refined):
+            for p in tree.paths:
+                assert values[p] == (path_values(tree, vals, p) if kind == "refined" else
+                                     path_values_loo(tree, vals, p, algo.kappa, algo.gamma))
+        got[kind], trees[kind] = values, res.extras["focus_trees"]
     assert got["refined"] != got["loo"]
+    assert trees["refined"] == trees["loo"]
     with pytest.raises(ConfigError, match="focus_baseline"):
         _algo(focus_baseline="mean")
 
@@ -574,7 +597,7 @@ def test_subtree_evidence_reproduces_the_old_counts():
 
 
 def test_tree_normalisation_centres_and_scales_per_tree():
-    from agentrl_cli.credit.focus_estimator import tree_normalize
+    from agentrl_cli.credit.focus_credit import tree_normalize
 
     # tree 0: rewards 1, 0, 0 (std 0.577); tree 1: all 0 (no contrast)
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
@@ -591,7 +614,7 @@ def test_tree_normalisation_centres_and_scales_per_tree():
 
 
 def test_token_critic_targets_put_each_segments_next_refined_value_on_its_tokens():
-    from agentrl_cli.credit.focus_estimator import with_token_targets
+    from agentrl_cli.credit.focus_credit import with_token_targets
 
     # one path, 3 segments: V~ = [0.4, 0.6, 0.9], R = 1; tokens 0-1 prompt, then segments 0,1,2
     # (segment 1 inherited: no policy tokens), a node boundary target at position 2 (G_bar 0.7)

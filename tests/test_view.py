@@ -30,9 +30,9 @@ def focus_run(tmp_path_factory):
     seen = {}
     real = loop.write_trace
 
-    def keep(out, step, eps, batch, trees, fmt, method=""):
+    def keep(out, step, eps, batch, trees, fmt, method="", **kw):
         seen[step] = (eps, batch.advantages.clone(), batch.response_mask.clone())
-        return real(out, step, eps, batch, trees, fmt, method)
+        return real(out, step, eps, batch, trees, fmt, method, **kw)
 
     mp.setattr(loop, "write_trace", keep)
     out = tmp_path_factory.mktemp("view") / "run"
@@ -263,9 +263,9 @@ def test_a_method_without_trees_traces_episodes_and_its_critics_turn_values(tmp_
     seen = {}
     real = loop.write_trace
 
-    def keep(out, step, eps, batch, trees, fmt, method=""):
+    def keep(out, step, eps, batch, trees, fmt, method="", **kw):
         seen["eps"], seen["values"] = eps, batch.old_values.clone()
-        return real(out, step, eps, batch, trees, fmt, method)
+        return real(out, step, eps, batch, trees, fmt, method, **kw)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(loop, "write_trace", keep)

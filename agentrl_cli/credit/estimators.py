@@ -6,7 +6,7 @@ routes tensors to the pure functions of `credit.batched`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -20,6 +20,7 @@ class Credit:
     advantages: torch.Tensor              # [B, L], zero outside policy tokens
     returns: torch.Tensor | None = None   # [B, L] critic targets, or None (critic-free)
     value_mask: torch.Tensor | None = None  # [B, L] where the critic is regressed
+    metrics: dict = field(default_factory=dict)  # the step's credit diagnostics (metrics.jsonl)
 
 
 ESTIMATORS: Registry[Callable[..., Credit]] = Registry("estimator")

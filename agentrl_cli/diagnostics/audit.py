@@ -234,6 +234,7 @@ class AuditSim:
         self.active: list[_SimPath] = []
         self.audit: list[list[int]] = []                        # per tree: node ids measured
         self.dirty: list[set[int]] = []                         # per tree: nodes to back up
+        self.vt: list[dict[int, float]] = []                    # per tree: node id -> V~ (Eq. 1)
         self.sq: list[float] = []                               # per tree: their squared errors
         self.completed = 0
         self.n_paths = -1                                       # path ids, per simulation
@@ -246,7 +247,7 @@ class AuditSim:
         depth = 0 if parent < 0 else tree.nodes[parent].depth + 1
         node = tree.add(parent, depth, 0, 0, **kw)
         self.states[t].append(st)
-        node.V_tilde = node.reward if node.terminal else node.v
+        self.vt[t][node.id] = node.reward if node.terminal else node.v
         if parent >= 0:
             self.dirty[t].add(parent)
         return node
@@ -261,7 +262,7 @@ class AuditSim:
 
     def _added(self, t: int, node: Node, st: State) -> None:
         self.states[t].append(st)
-        node.V_tilde = node.reward if node.terminal else node.v
+        self.vt[t][node.id] = node.reward if node.terminal else node.v
         if node.parent >= 0:
             self.dirty[t].add(node.parent)
 
@@ -299,6 +300,7 @@ class AuditSim:
             self.trees.append(Tree(f"task-{t}", t))
             self.states.append([])
             self.dirty.append(set())
+            self.vt.append({})
             root = world.root_state(t)
             self._add(t, -1, root, v=self.critic(root, self.critic_rng)).resumable = root.resumable
             for j in range(spec.roots):
@@ -318,12 +320,12 @@ class AuditSim:
         nd, k = self.trees[t].nodes[i], self.spec.kappa
         if self.spec.estimate == "calibrated":
             return (k * nd.v + nd.csum) / (k + nd.n)
-        return nd.V_tilde
+        return self.vt[t][i]
 
     def _refine(self, t: int) -> None:
         """`credit.refine_values` (Eq. 1), incrementally: only the nodes whose set of children
         changed since the last call, and their ancestors, are backed up again (deepest first,
-        so every child is current). Equal to `Tree.refine` (tested)."""
+        so every child is current). Equal to `credit.focus_credit.refine_tree` (tested)."""
         tree, k, gamma = self.trees[t], self.spec.kappa, self.spec.gamma
         todo: set[int] = set()
         for i in self.dirty[t]:
@@ -334,9 +336,9 @@ class AuditSim:
         for i in sorted(todo, key=lambda j: -tree.nodes[j].depth):
             nd = tree.nodes[i]
             kids = [tree.nodes[c] for c in nd.children]
-            g = sum(c.reward if c.terminal else gamma * c.V_tilde for c in kids) / len(kids)
-            nd.G_bar = g
-            nd.V_tilde = (k * nd.v + len(kids) * g) / (k + len(kids))
+            vt = self.vt[t]
+            g = sum(c.reward if c.terminal else gamma * vt[c.id] for c in kids) / len(kids)
+            vt[i] = (k * nd.v + len(kids) * g) / (k + len(kids))
 
     def _tree_sq(self, t: int) -> float:
         """Sum of squared errors over tree t's audit nodes."""

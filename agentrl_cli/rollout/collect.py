@@ -53,12 +53,13 @@ def expert_format(cfg: RunConfig, spec):
     return chat_format(cfg, model_path(cfg))[1]     # model.chat_template and its checks apply
 
 
-def tree_rows(trees, episodes: list[Episode]) -> list[dict]:
+def tree_rows(trees, episodes: list[Episode], values: list | None = None) -> list[dict]:
     """JSONL rows of FOCUS trees: the task's question and gold answer first, the nodes (leaves
-    with the model's final answer on their path), then the paths' episodes by path id."""
+    with the model's final answer on their path; `values`: each tree's refined values, from
+    `credit.focus_credit.tree_values`), then the paths' episodes by path id."""
     rows = []
-    for tree in trees:
-        row = tree.to_json()
+    for k, tree in enumerate(trees):
+        row = tree.to_json(values[k] if values is not None else None)
         first = episodes[int(next(iter(row["paths"])))] if row["paths"] else None
         for nd in row["nodes"]:
             if nd["reward"] is not None:

@@ -22,7 +22,7 @@ exactly those of the lock-step runner given the same per-episode generators (tes
 
 The critic value v of a node is the trainer's value head (`ctx.critic`) on the last hidden
 state of the state's context (a separate critic: on its own model's, one forward over the
-visible context), clamped to [0, 1] for the gains (raw in `refine_values`); without a value
+visible context), clamped to [0, 1] for the gains (raw in credit: `credit.focus_credit`); without a value
 head v = 0.5 (what the untrained head outputs).
 
 Context operators (`context/`): segment-boundary states are the context resets, so nodes sit

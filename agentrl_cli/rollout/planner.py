@@ -87,11 +87,10 @@ def gain(node: Node, kappa: float, kind: str) -> float:
 ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("focus allocator")
 
 # What the planner reads of `algo` (the FOCUS controllers, in process and on the path
-# scheduler, declare it where they register)
+# scheduler, declare it where they register): allocation only, credit is `credit.focus_credit`'s
 PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain",
-                   "algo.focus_evidence", "algo.focus_max_inflight", "algo.kappa",
-                   "algo.focus_baseline", "algo.focus_prior", "algo.gamma",
-                   "algo.overlong_shaping", "algo.overlong_cache")
+                 "algo.focus_evidence", "algo.focus_max_inflight", "algo.kappa",
+                 "algo.overlong_shaping", "algo.overlong_cache")
 
 
 @ALLOCATORS.register("focus")
@@ -343,33 +342,20 @@ class FocusPlanner:
     # -- results ---------------------------------------------------------------------------
 
     def result(self) -> RolloutResult:
-        t0 = time.perf_counter()
-        algo = self.algo
-        for tree in self.trees:
-            tree.refine(algo.kappa, algo.gamma,
-                        tree.mean_reward() if algo.focus_prior == "tree" else None)
+        """The step's episodes (path p is episode p) and extras: `trees` (the `Tree`s, for
+        traces and `agentrl rollout`), `focus_trees` (the same as plain arrays: credit is
+        `credit.focus_credit`'s) and the step's `metrics`."""
         eps = [p.ep for p in self.paths]
-        if algo.focus_baseline == "loo":
-            values = [p.tree.path_values_loo(p.pid, algo.kappa, algo.gamma) for p in self.paths]
-        else:
-            values = [p.tree.path_values(p.pid) for p in self.paths]
-        targets: list[list[tuple[int, float]]] = [[] for _ in self.paths]
-        for tree in self.trees:
-            for nd in tree.nodes:
-                if not nd.terminal and nd.G_bar is not None:
-                    targets[nd.path].append((nd.position, nd.G_bar))
-        self.t_book += time.perf_counter() - t0
         metrics = self.metrics(eps)
         if self.ctx.budget_tokens > 0 and self.branching:
             record_spend(self.ctx, "focus_spend", metrics["focus/tokens"])
-        extras = {"trees": self.trees, "focus_values": values, "focus_value_targets": targets,
+        extras = {"trees": self.trees, "focus_trees": [t.arrays() for t in self.trees],
                   "metrics": metrics}
         return RolloutResult(eps, extras=extras)
 
     def metrics(self, eps: list[Episode]) -> dict:
         inner = [nd for t in self.trees for nd in t.nodes if not nd.terminal]
         with_n = [nd for nd in inner if nd.n > 0 and nd.v is not None]
-        with_g = [nd for nd in inner if nd.G_bar is not None and nd.v is not None]
         tokens = sum(e.generated_tokens for e in eps)
         conts = [p for p in self.paths if p.continuation]
         branch = sum(p.ep.generated_tokens for p in conts)
@@ -380,8 +366,6 @@ class FocusPlanner:
             "focus/tokens": tokens,
             "focus/abs_v_minus_cbar": (sum(abs(nd.v - nd.cbar) for nd in with_n) / len(with_n)
                                        if with_n else 0.0),
-            "focus/critic_mse": (sum((nd.v - nd.G_bar) ** 2 for nd in with_g) / len(with_g)
-                                 if with_g else 0.0),
             "focus/tool_calls_per_episode": sum(e.num_tool_calls for e in eps) / max(1, len(eps)),
             "focus/branch_token_share": branch / tokens if tokens else 0.0,
             "focus/launch_depth_mean": (sum(d * c for d, c in depths.items()) / len(conts)

@@ -11,7 +11,8 @@ the root: every root episode and every continuation launched from the root). `n`
 completed own samples (a leaf counts itself), `cbar` their mean outcome, `inflight` its own
 samples still running (the asynchronous allocator's effective sample count is
 `n + inflight`), `launched` the continuations launched from it. `g` is the current gain of one
-more continuation, and after the step `G_bar` / `V_tilde` come from `credit.refine_values`.
+more continuation. After the step the tree goes to credit as plain arrays (`Tree.arrays`):
+refined values, baselines and critic targets are `credit.focus_credit`'s.
 `evidence="subtree"` (`algo.focus_evidence`, an ablation) counts every path through a node
 instead, the earlier reading.
 
@@ -26,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..credit.focus import calibrated, refine_values
+from ..credit.focus_credit import FocusTree, TreeValues
 
 
 @dataclass
@@ -49,8 +50,6 @@ class Node:
     launched: int = 0             # continuations launched from this node
     own_inflight: int = 0         # of those, still running (capped by algo.focus_max_inflight)
     g: float = 0.0                # current gain of one more continuation
-    G_bar: float | None = None    # backed-up target (Eq. 1), None at leaves / without children
-    V_tilde: float | None = None  # refined value
 
     @property
     def terminal(self) -> bool:
@@ -61,21 +60,18 @@ class Node:
         """Mean outcome of the completed own samples (NaN while n == 0)."""
         return self.csum / self.n if self.n else math.nan
 
-    def to_json(self) -> dict:
+    def to_json(self, G_bar: float | None = None, V_tilde: float | None = None) -> dict:
+        """The node's row; `G_bar` / `V_tilde`: its refined values (`credit.focus_credit`),
+        when the caller computed them."""
         def num(x):
             return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
         return {"id": self.id, "parent": self.parent, "depth": self.depth,
                 "position": self.position, "path": self.path, "v": num(self.v), "n": self.n,
-                "cbar": num(self.cbar), "g": self.g, "G_bar": num(self.G_bar),
-                "V_tilde": num(self.V_tilde), "reward": self.reward,
+                "cbar": num(self.cbar), "g": self.g, "G_bar": num(G_bar),
+                "V_tilde": num(V_tilde), "reward": self.reward,
                 "resumable": self.resumable, "launched": self.launched,
                 "tool_calls": self.tool_calls, "children": list(self.children)}
-
-
-def _critic(nd: Node) -> float:
-    """A non-leaf node's critic value; 0.5 (the untrained value head's output) if never computed."""
-    return 0.5 if nd.v is None else nd.v
 
 
 @dataclass
@@ -87,7 +83,6 @@ class Tree:
     nodes: list[Node] = field(default_factory=list)
     paths: dict[int, list[int]] = field(default_factory=dict)  # path id -> node ids root..leaf
     through: dict[int, list[int]] = field(default_factory=dict)  # node id -> path ids through it
-    prior: float | None = None    # what `refine` put in place of the critic values (None: none)
 
     def add(self, parent: int, depth: int, position: int, path: int, **kw) -> Node:
         node = Node(len(self.nodes), parent, depth, position, path, **kw)
@@ -153,60 +148,18 @@ class Tree:
             node_id = self.nodes[node_id].parent
         return out[::-1]
 
-    def refine(self, kappa: float, gamma: float, prior: float | None = None) -> None:
-        """Fill G_bar and V_tilde of every node with `credit.refine_values` (Eq. 1).
+    def arrays(self) -> FocusTree:
+        """The tree as plain arrays for credit (`credit.focus_credit.FocusTree`)."""
+        nodes = self.nodes
+        return FocusTree(parent=[nd.parent for nd in nodes], reward=[nd.reward for nd in nodes],
+                         critic=[None if nd.terminal else nd.v for nd in nodes],
+                         position=[nd.position for nd in nodes], creator=[nd.path for nd in nodes],
+                         paths={p: list(ids) for p, ids in self.paths.items()})
 
-        A node whose critic value was never computed (cannot happen for a finished tree) uses
-        0.5, the untrained value head's output. `prior` (`algo.focus_prior=tree`: the tree's
-        mean reward) replaces every node's critic value in Eq. 1 (and in `path_values_loo`)."""
-        self.prior = prior
-        parent = [nd.parent for nd in self.nodes]
-        leaf = [nd.reward for nd in self.nodes]
-        critic = [0.0 if nd.terminal else (_critic(nd) if prior is None else prior)
-                  for nd in self.nodes]
-        g_bar, v_tilde = refine_values(parent, leaf, critic, kappa, gamma)
-        for nd, gb, vt in zip(self.nodes, g_bar, v_tilde):
-            nd.G_bar, nd.V_tilde = gb, vt
-
-    def path_values(self, path: int) -> list[float]:
-        """[V_tilde(s_0), ..., V_tilde(s_{K-1})] of a finished path (its non-leaf states)."""
-        return [self.nodes[i].V_tilde for i in self.paths[path][:-1]]
-
-    def mean_reward(self) -> float:
-        """Mean reward of the tree's finished paths (0.5 if none finished)."""
-        rewards = [nd.reward for nd in self.nodes if nd.terminal and nd.reward is not None]
-        return sum(rewards) / len(rewards) if rewards else 0.5
-
-    def path_values_loo(self, path: int, kappa: float, gamma: float) -> list[float]:
-        """`path_values` with the path's own leaf left out (`algo.focus_baseline=loo`).
-
-        Bottom-up along the path, each node's `V~` is recomputed (Eq. 1) from its children
-        without the path's leaf: the on-path child contributes its own leave-one-out value, the
-        other children their usual targets, and a node left without evidence falls back to its
-        critic value (or the prior `refine` was given). So `R` never enters the baseline it is
-        compared with; e.g. on an unbranched path `V~_-(s_k) = (kappa V(s_k) + V(s_{k+1})) /
-        (kappa + 1)`. Call after `refine`."""
-        ids = self.paths[path]
-        out: list[float] = []
-        below: float | None = None             # LOO value of the on-path child (None: own leaf)
-        for i in range(len(ids) - 2, -1, -1):
-            nd, on_path = self.nodes[ids[i]], ids[i + 1]
-            targets = []
-            for c in nd.children:
-                ch = self.nodes[c]
-                if c == on_path:
-                    if below is not None:
-                        targets.append(gamma * below)
-                elif ch.terminal:
-                    targets.append(float(ch.reward))
-                else:
-                    targets.append(gamma * ch.V_tilde)
-            v = _critic(nd) if self.prior is None else self.prior
-            below = calibrated(v, len(targets), sum(targets) / len(targets), kappa) if targets else v
-            out.append(below)
-        return out[::-1]
-
-    def to_json(self) -> dict:
-        return {"task_id": self.task_id, "group": self.group,
-                "nodes": [nd.to_json() for nd in self.nodes],
+    def to_json(self, values: TreeValues | None = None) -> dict:
+        """The tree's row; `values`: its refined values (`credit.focus_credit.tree_values`), else
+        null `G_bar` / `V_tilde`."""
+        rows = [nd.to_json() if values is None else nd.to_json(values.G_bar[i], values.V_tilde[i])
+                for i, nd in enumerate(self.nodes)]
+        return {"task_id": self.task_id, "group": self.group, "nodes": rows,
                 "paths": {str(k): v for k, v in self.paths.items()}}

@@ -146,15 +146,21 @@ def _build_model(cfg: RunConfig, policy: str, split: str) -> None:
     ensure_model(cfg)
 
 
-def write_rollout(out: Path, episodes: list, trees: list | None) -> None:
+def write_rollout(out: Path, episodes: list, trees: list | None, algo=None) -> None:
     """The JSONL file, atomically: one episode per line, or one tree per line (its paths'
-    episodes included: `rollout.collect.tree_rows`)."""
+    episodes included, and its refined values as `algo` gives them: `rollout.collect.tree_rows`,
+    `credit.focus_credit.tree_values`)."""
+    from ..credit.focus_credit import tree_values
     from ..rollout.collect import tree_rows
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w") as f:
-        rows = tree_rows(trees, episodes) if trees is not None else [e.to_json() for e in episodes]
+        if trees is not None:
+            values = [tree_values(t.arrays(), algo) for t in trees] if algo is not None else None
+            rows = tree_rows(trees, episodes, values)
+        else:
+            rows = [e.to_json() for e in episodes]
         for row in rows:
             f.write(json.dumps(row) + "\n")
     tmp.replace(out)
@@ -173,5 +179,5 @@ def collect_rollout(req: RolloutRequest, log: Callable[[str], None] = print) -> 
     else:
         res = Collected(cfg, collect(cfg, n=req.n, policy=req.policy, split=req.split,
                                      group_size=req.group_size or 1))
-    write_rollout(req.out, res.episodes, res.trees)
+    write_rollout(req.out, res.episodes, res.trees, cfg.algo)
     return res

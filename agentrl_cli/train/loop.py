@@ -297,7 +297,8 @@ def run_step(run: Run, step: int) -> dict:
     credit = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
     batch.advantages, batch.returns, batch.value_mask = credit.advantages, credit.returns, credit.value_mask
     if comm.is_main and trace_due(step, cfg.train.trace_every, cfg.train.steps):   # agentrl view
-        write_trace(run.out, step, eps, batch, result.extras.get("trees"), fmt, cfg.method)
+        write_trace(run.out, step, eps, batch, result.extras.get("trees"), fmt, cfg.method,
+                    algo=cfg.algo)
     # 3. update
     stats = update(learner, batch, cfg, step)
     run.rollouts.sync(rt.model)           # new weights to the engine / workers
@@ -319,6 +320,7 @@ def run_step(run: Run, step: int) -> dict:
         "tokens/s": result.tokens / max(t_roll, 1e-9),
         **stats,
         **result.extras.get("metrics", {}),
+        **credit.metrics,
     }
     if cfg.context.operator != "none":
         row["rollout/context_resets"] = sum(e.meta.get("context_resets", 0) for e in eps) / len(eps)

@@ -37,10 +37,13 @@ def trace_due(step: int, every: int, last: int) -> bool:
     return every > 0 and (step == 1 or step % every == 0 or step == last)
 
 
-def write_trace(out: Path, step: int, eps: list, batch, trees, fmt, method: str = "") -> Path:
+def write_trace(out: Path, step: int, eps: list, batch, trees, fmt, method: str = "",
+                algo=None) -> Path:
     """Write the trace of step `step` (module docstring): `eps` the step's episodes, `batch`
     their collated batch with advantages, `trees` the FOCUS trees (None for other
-    controllers), `fmt` the chat format (its tokenizer decodes each token)."""
+    controllers), `fmt` the chat format (its tokenizer decodes each token), `algo` the run's
+    settings the trees' refined values are computed with (`credit.focus_credit.tree_values`;
+    None: left out)."""
     trees = list(trees or [])
     rows = _rows_by_path(eps)
     picked_trees = trees[:MAX_TREES]
@@ -52,7 +55,7 @@ def write_trace(out: Path, step: int, eps: list, batch, trees, fmt, method: str 
     data = {
         "format": FORMAT, "step": step, "method": method,
         "episodes_in_step": len(eps), "trees_in_step": len(trees),
-        "trees": [tree_json(t, eps, batch, rows) for t in picked_trees],
+        "trees": [tree_json(t, eps, batch, rows, algo) for t in picked_trees],
         "episodes": [episode_json(eps[i], i, batch, text, asked.get(eps[i].group, ""))
                      for i in picked],
         "critic": critic_points(trees, eps, batch),
@@ -139,9 +142,12 @@ def _turn_adv(batch, row: int, turn) -> float | None:
     return _num(float((batch.advantages[row, turn.start:turn.end] * m).sum() / m.sum()))
 
 
-def tree_json(tree, eps: list, batch, rows: dict[int, int]) -> dict:
-    """One traced tree (docs/traces.md, "tree"): `Tree.to_json` with each node's text."""
-    data = tree.to_json()
+def tree_json(tree, eps: list, batch, rows: dict[int, int], algo=None) -> dict:
+    """One traced tree (docs/traces.md, "tree"): `Tree.to_json` with its refined values (from
+    `algo`, as credit computed them) and each node's text."""
+    from ..credit.focus_credit import tree_values
+
+    data = tree.to_json(tree_values(tree.arrays(), algo) if algo is not None else None)
     order = _launch_order(tree)
     first = eps[rows[tree.nodes[0].path]] if tree.nodes and tree.nodes[0].path in rows else None
     for nd, js in zip(tree.nodes, data["nodes"]):
