@@ -101,6 +101,24 @@ def make_repo(key: str, n_files: int) -> Repo:
     if not MIN_FILES <= n_files <= MAX_FILES:
         raise ValueError(f"n_files must be in {MIN_FILES}..{MAX_FILES}, got {n_files}")
     rng = random.Random(f"locate-repo-{key}-{n_files}")
+    paths = _repo_paths(rng, n_files)
+    fns, defined_in, callee, message = _call_graph(rng, paths)
+    files: dict[str, str] = {}
+    for p in paths:
+        lines = []
+        for fn in fns:
+            if defined_in[fn] != p:
+                continue
+            lines.append(f"def {fn}(x):")
+            lines.append(f"    return {callee[fn]}(x)" if callee[fn] is not None
+                         else f'    raise ValueError("{message[fn]}")')
+        files[p] = "\n".join(lines)
+    return Repo(files=files, dirs=_repo_dirs(paths), defined_in=defined_in, callee=callee,
+                message=message, depth={fn: _depth(fn, callee) for fn in fns})
+
+
+def _repo_paths(rng: random.Random, n_files: int) -> list[str]:
+    """`n_files` file paths spread over package/module folders."""
     n_dirs = max(2, round(n_files / 4))
     n_pkgs = min(len(_PKGS), max(2, round(math.sqrt(n_dirs))))
     n_mods = min(len(_MODS), math.ceil(n_dirs / n_pkgs))
@@ -110,8 +128,13 @@ def make_repo(key: str, n_files: int) -> Repo:
     for i in range(n_files):
         f = folders[i % len(folders)]
         names[f].append(pool[f].pop())
-    paths = [f"{f}/{n}.py" for f in folders for n in names[f]]
+    return [f"{f}/{n}.py" for f in folders for n in names[f]]
 
+
+def _call_graph(rng: random.Random, paths: list[str]):
+    """-> (functions, file each is defined in, the function each calls (None: a leaf), each
+    leaf's error message): 2-3 functions per file, leaves first, the rest spread evenly over
+    depths 2..MAX_HOPS (every depth non-empty)."""
     fn_names = [f"{v}_{n}" for v in _VERBS for n in _NOUNS]
     per_file = [rng.randint(2, 3) for _ in paths]
     fns = rng.sample(fn_names, sum(per_file))
@@ -120,7 +143,6 @@ def make_repo(key: str, n_files: int) -> Repo:
     for p, k in zip(paths, per_file):
         for _ in range(k):
             defined_in[next(it)] = p
-    # depths: leaves first, the rest spread evenly over 2..MAX_HOPS (every depth non-empty)
     order = list(fns)
     rng.shuffle(order)
     n_leaves = max(2, round(len(order) * _LEAF_SHARE))
@@ -138,17 +160,11 @@ def make_repo(key: str, n_files: int) -> Repo:
     n_msgs = max(2, len(leaves) // _PER_MESSAGE)
     msgs = rng.sample([f"{a} {o}" for a in _ADJS for o in _OBJS], n_msgs)
     message = {fn: msgs[i % n_msgs] for i, fn in enumerate(leaves)}
+    return fns, defined_in, callee, message
 
-    files: dict[str, str] = {}
-    for p in paths:
-        lines = []
-        for fn in fns:
-            if defined_in[fn] != p:
-                continue
-            lines.append(f"def {fn}(x):")
-            lines.append(f"    return {callee[fn]}(x)" if callee[fn] is not None
-                         else f'    raise ValueError("{message[fn]}")')
-        files[p] = "\n".join(lines)
+
+def _repo_dirs(paths: list[str]) -> dict[str, tuple[str, ...]]:
+    """Folder -> its sorted entries (subfolders with a trailing '/')."""
     dirs: dict[str, set[str]] = {"": set()}
     for p in paths:
         parts = p.split("/")
@@ -157,9 +173,7 @@ def make_repo(key: str, n_files: int) -> Repo:
             dirs.setdefault(parent, set()).add(parts[i] + "/")
             dirs.setdefault("/".join(parts[:i + 1]), set())
         dirs["/".join(parts[:-1])].add(parts[-1])
-    return Repo(files=files, dirs={d: tuple(sorted(e)) for d, e in dirs.items()},
-                defined_in=defined_in, callee=callee, message=message,
-                depth={fn: _depth(fn, callee) for fn in fns})
+    return {d: tuple(sorted(e)) for d, e in dirs.items()}
 
 
 def _depth(fn: str, callee: dict[str, str | None]) -> int:

@@ -203,11 +203,9 @@ def _update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     learner.model.train()
     critic_mode(learner.critic, True)
     rng = random.Random(step_seed(cfg.seed, step, salt=2))
-    device = next(learner.model.parameters()).device  # the batch is built on CPU
     # critic warm-up (verl's trainer.critic_warmup): only the value head learns; the policy
     # loss, the KL term and the backbone's share of the critic gradient are all dropped
     critic_only = learner.critic is not None and step <= tr.critic_warmup
-    pack = packs(learner, cfg)
     # old log-probs left to this update (`score(deferred=True)`): one pass, so every forward
     # below runs at the rollout's weights; `batch.old_logprobs` gets the trainer's log-probs
     # from these forwards (what a scoring pass gives: the step's logged gap reads them)
@@ -216,7 +214,7 @@ def _update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
         raise ValueError("a multi-pass update needs its old log-probs from score() first")
     if defer:
         batch.old_logprobs = torch.zeros(batch.input_ids.shape)
-    engine_tokens = policy_tokens = 0.0
+    tokens = [0.0, 0.0]                   # policy tokens whose old log-prob: the engine's, all
     sums: dict[str, float] = {}
     count = 0
     for _ in range(tr.ppo_epochs):
@@ -224,49 +222,62 @@ def _update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
         if tr.minibatches > 1:
             rng.shuffle(order)
         for k in range(tr.minibatches):
-            rows = order[k::tr.minibatches]
-            mbatch = batch.select(rows)
-            # loss weights divide by the minibatch's counts over all data-parallel ranks
-            n_tok, n_val, n_rows = learner.comm.all_sum([
-                float(mbatch.response_mask.sum()),
-                float(mbatch.value_mask.sum()) if mbatch.value_mask is not None else 1.0,
-                _rows(mbatch.response_mask, algo.agg)])
-            n_tok, n_val, n_rows = max(n_tok, 1.0), max(n_val, 1.0), max(n_rows, 1.0)
-            learner.optimizer.zero_grad(set_to_none=True)
-            stats: dict[str, float] = {}
-            for micro in microbatches(mbatch, tr.max_tokens_per_microbatch, pack):
-                m = trim(mbatch.select(micro)).to(device)
-                # token-mean: micro-batch mean x its share of tokens = the minibatch token mean;
-                # seq-mean, token-sum-norm: per-row terms, so the micro-batch's share of rows
-                weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
-                          else _rows(m.response_mask, algo.agg) / n_rows)
-                lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
-                                     tr.logprob_chunk, pack)
-                if defer:
-                    from_engine = _old_from_engine(m, lp, tr.logprob_tolerance)
-                    batch.old_logprobs[[rows[i] for i in micro], :lp.shape[1]] = lp.detach().float().cpu()
-                    n = float(m.response_mask.sum())
-                    engine_tokens, policy_tokens = engine_tokens + n * from_engine, policy_tokens + n
-                total, st = _micro_loss(learner, m, lp, values, algo, weight, n_val, critic_only)
-                total.backward()
-                for key, (v, w) in st.items():   # each stat by its own micro-batch share
-                    stats[key] = stats.get(key, 0.0) + float(v) * w
-            if critic_only:
-                for p in learner.model.parameters():
-                    p.grad = None           # AdamW leaves a parameter without a gradient alone
-            learner.comm.reduce_grads(learner.params)
-            stats = learner.comm.sum_dict(stats)
-            if tr.grad_clip > 0:
-                stats.update(clip_grads(learner, tr.grad_clip))
-            learner.optimizer.step()
+            stats = _minibatch_step(learner, batch, order[k::tr.minibatches], cfg, algo, defer,
+                                    critic_only, tokens)
             for key, v in stats.items():
                 sums[key] = sums.get(key, 0.0) + v
             count += 1
     learner.model.eval()
     critic_mode(learner.critic, False)
     out = {k: v / count for k, v in sums.items()}
-    out["old_logprobs/engine"] = engine_tokens / max(policy_tokens, 1.0)
+    out["old_logprobs/engine"] = tokens[0] / max(tokens[1], 1.0)
     return out
+
+
+def _minibatch_step(learner: Learner, batch: Batch, rows: list[int], cfg: RunConfig, algo,
+                    defer: bool, critic_only: bool, tokens: list[float]) -> dict[str, float]:
+    """One optimiser step on the minibatch `rows`: micro-batches accumulate gradients (each
+    weighted by its share of the minibatch), then clip and step -> the step's stats. With
+    `defer`, the forwards' log-probs become `batch.old_logprobs` and `tokens` counts the
+    policy tokens whose old log-prob came from the engine."""
+    tr = cfg.train
+    device = next(learner.model.parameters()).device  # the batch is built on CPU
+    pack = packs(learner, cfg)
+    mbatch = batch.select(rows)
+    # loss weights divide by the minibatch's counts over all data-parallel ranks
+    n_tok, n_val, n_rows = learner.comm.all_sum([
+        float(mbatch.response_mask.sum()),
+        float(mbatch.value_mask.sum()) if mbatch.value_mask is not None else 1.0,
+        _rows(mbatch.response_mask, algo.agg)])
+    n_tok, n_val, n_rows = max(n_tok, 1.0), max(n_val, 1.0), max(n_rows, 1.0)
+    learner.optimizer.zero_grad(set_to_none=True)
+    stats: dict[str, float] = {}
+    for micro in microbatches(mbatch, tr.max_tokens_per_microbatch, pack):
+        m = trim(mbatch.select(micro)).to(device)
+        # token-mean: micro-batch mean x its share of tokens = the minibatch token mean;
+        # seq-mean, token-sum-norm: per-row terms, so the micro-batch's share of rows
+        weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
+                  else _rows(m.response_mask, algo.agg) / n_rows)
+        lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
+                             tr.logprob_chunk, pack)
+        if defer:
+            from_engine = _old_from_engine(m, lp, tr.logprob_tolerance)
+            batch.old_logprobs[[rows[i] for i in micro], :lp.shape[1]] = lp.detach().float().cpu()
+            n = float(m.response_mask.sum())
+            tokens[0], tokens[1] = tokens[0] + n * from_engine, tokens[1] + n
+        total, st = _micro_loss(learner, m, lp, values, algo, weight, n_val, critic_only)
+        total.backward()
+        for key, (v, w) in st.items():   # each stat by its own micro-batch share
+            stats[key] = stats.get(key, 0.0) + float(v) * w
+    if critic_only:
+        for p in learner.model.parameters():
+            p.grad = None           # AdamW leaves a parameter without a gradient alone
+    learner.comm.reduce_grads(learner.params)
+    stats = learner.comm.sum_dict(stats)
+    if tr.grad_clip > 0:
+        stats.update(clip_grads(learner, tr.grad_clip))
+    learner.optimizer.step()
+    return stats
 
 
 def clip_grads(learner: Learner, max_norm: float) -> dict[str, float]:
