@@ -30,7 +30,8 @@ from agentrl_cli.engines.hf import HFEngine, SamplingParams  # noqa: E402
 from agentrl_cli.train.tiny_build import load_policy  # noqa: E402
 from agentrl_cli.rollout.runner import run_episodes  # noqa: E402
 from agentrl_cli.train.batch import collate  # noqa: E402
-from agentrl_cli.train.loop import build_learner, make_spec, score, update  # noqa: E402
+from agentrl_cli.context import make_spec  # noqa: E402
+from agentrl_cli.train.learner import build_learner, score, update  # noqa: E402
 
 FORMS = ("head", "detached", "separate")
 

@@ -31,7 +31,7 @@ from agentrl_cli.engines.hf import HFEngine, SamplingParams
 from agentrl_cli.models.critic import ValueHead, build_critic
 from agentrl_cli.train.tiny_build import load_policy
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
-from agentrl_cli.train.loop import make_spec
+from agentrl_cli.context import make_spec
 
 
 def main() -> None:

@@ -18,8 +18,9 @@ import torch
 from agentrl_cli import config
 from agentrl_cli.engines.hf import HFEngine, SamplingParams
 from agentrl_cli.train.tiny_build import load_policy
-from agentrl_cli.rollout.runner import _Live, append_turn, apply_step, new_episode, run_episodes
-from agentrl_cli.train.loop import make_spec
+from agentrl_cli.context import make_spec
+from agentrl_cli.context.episode import LiveEpisode as _Live, append_turn, apply_step, new_episode
+from agentrl_cli.rollout.runner import run_episodes
 
 
 def generate_loop(model, fmt, spec, tasks, max_new: int, max_tokens: int):

@@ -26,7 +26,7 @@ import torch
 from agentrl_cli import config
 from agentrl_cli.evaluation.runner import run_eval
 from agentrl_cli.train.tiny_build import ensure_model
-from agentrl_cli.train.loop import make_spec
+from agentrl_cli.context import make_spec
 
 
 def expert_success(cfg, n_tasks: int) -> float:

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import torch
 
-from agentrl_cli.cli.options import load_config
+from agentrl_cli.train.preflight import load_config
 from agentrl_cli.engines import ENGINES, SamplingParams
 from agentrl_cli.models.loading import tiny_recipe
 from agentrl_cli.train.tiny_build import load_policy
 from agentrl_cli.rollout.runner import run_episodes, run_expert
-from agentrl_cli.train.loop import make_spec, step_seed
+from agentrl_cli.config import step_seed
+from agentrl_cli.context import make_spec
 
 
 def episode_stats(eps) -> dict:
