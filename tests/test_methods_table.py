@@ -57,3 +57,19 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     assert next(x for x in lines if x.startswith("| `c`")).split(" | ")[9] == "3.00 ± 0.00"
     assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
+
+
+def test_critic_rank_table_merges_seeds_per_step():
+    spec = importlib.util.spec_from_file_location(
+        "critic_rank_table", ROOT / "benchmarks" / "critic_rank_table.py")
+    crt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crt)
+
+    def doc(rhos):
+        return {"checkpoints": [{"step": 10 * (i + 1), "spearman": r, "mae": 0.2 + i / 10,
+                                 "mean_critic": 0.5, "mean_target": 0.4 + i / 10}
+                                for i, r in enumerate(rhos)]}
+
+    lines = crt.table([doc([0.5, 0.1]), doc([0.3, None])]).splitlines()
+    assert lines[2] == "| 10 | 0.50 / 0.30 | 0.40 | 0.20 | 0.50 | 0.40 |"
+    assert lines[3] == "| 20 | 0.10 | 0.10 | 0.30 | 0.50 | 0.50 |"    # an undefined rho is left out
