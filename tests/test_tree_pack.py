@@ -54,6 +54,26 @@ def assert_rel(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-5) -> None:
     assert scale > 0 and float((a - b).abs().max()) <= rel * scale, float((a - b).abs().max())
 
 
+def random_critic(model, form: str):
+    """A seeded critic of `form` whose values spread (a random head, std 0.3)."""
+    torch.manual_seed(0)
+    critic = build_critic(form, model)
+    with torch.no_grad():
+        critic.weight.normal_(std=0.3)
+    return critic
+
+
+def per_path_and_tree(model, critic, batch, temperature: float):
+    """(per-path log-probs, values, tree log-probs, values, real next-token positions, policy
+    positions) of one batch."""
+    with torch.no_grad():
+        lp, v = forward(model, critic, batch, temperature, chunk=16)
+        tlp, tv = forward(model, critic, batch, temperature, chunk=16, pack="tree")
+    real = batch.attention_mask.bool()
+    real[:, 0] = False
+    return lp, v, tlp, tv, real, batch.response_mask.bool()
+
+
 def test_tree_pack_rows_keeps_each_distinct_token_once():
     b = tree_batch(50)
     flat, pos, parent, index = tree_pack_rows(b.input_ids, b.attention_mask)
@@ -79,19 +99,9 @@ def test_tree_pack_rows_keeps_each_distinct_token_once():
 @pytest.mark.parametrize("form", [None, "head", "separate"])
 def test_tree_forward_equals_per_path(micro_policy, form):
     model = copy.deepcopy(micro_policy[0]).eval()
-    critic = None
-    if form:
-        torch.manual_seed(0)
-        critic = build_critic(form, model)
-        with torch.no_grad():
-            critic.weight.normal_(std=0.3)
-    batch = tree_batch(model.config.vocab_size)
-    with torch.no_grad():
-        lp, v = forward(model, critic, batch, 0.7, chunk=16)
-        tlp, tv = forward(model, critic, batch, 0.7, chunk=16, pack="tree")
-    real = batch.attention_mask.bool()
-    real[:, 0] = False
-    policy = batch.response_mask.bool()
+    critic = random_critic(model, form) if form else None
+    lp, v, tlp, tv, real, policy = per_path_and_tree(model, critic,
+                                                     tree_batch(model.config.vocab_size), 0.7)
     assert_rel(tlp[policy], lp[policy])
     assert float(tlp[~policy].abs().max()) == 0.0
     assert float(lp[policy].abs().min()) > 0.0
@@ -174,17 +184,8 @@ def test_tree_forward_with_other_attentions(micro_policy, attention):
     A.register()
     model = copy.deepcopy(micro_policy[0]).eval()
     model.set_attn_implementation(A.hf_attention_name(attention))
-    torch.manual_seed(0)
-    critic = build_critic("head", model)
-    with torch.no_grad():
-        critic.weight.normal_(std=0.3)
-    batch = tree_batch(model.config.vocab_size, seed=3)
-    with torch.no_grad():
-        lp, v = forward(model, critic, batch, 1.0, chunk=16)
-        tlp, tv = forward(model, critic, batch, 1.0, chunk=16, pack="tree")
-    real = batch.attention_mask.bool()
-    real[:, 0] = False
-    policy = batch.response_mask.bool()
+    lp, v, tlp, tv, real, policy = per_path_and_tree(
+        model, random_critic(model, "head"), tree_batch(model.config.vocab_size, seed=3), 1.0)
     assert_rel(tlp[policy], lp[policy])
     assert_rel(tv[real], v[real])
 
