@@ -137,25 +137,43 @@ def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
         shape_rewards(eps, ctx)
         return eps
     limit = ctx.budget_tokens if limit is None else limit
-    per_wave = max(1, ctx.batch_size // G)
     eps: list[Episode] = []
     g = 0
     while g < len(tasks):
-        used = spent + sum(e.generated_tokens for e in eps)
-        cost = (sum(e.generated_tokens for e in eps) / (len(eps) / G) if eps
-                else ctx.carry.get("group_tokens"))
-        n = per_wave if cost is None else int(round((limit - used) / max(cost, 1.0)))
-        n = min(per_wave, len(tasks) - g, max(n, 0 if eps else 1))
+        left = limit - spent - sum(e.generated_tokens for e in eps)
+        n = next_wave(ctx, eps, left, len(tasks) - g)
         if n <= 0:
             break
         pairs = [(t, first_group + g + i) for i, t in enumerate(tasks[g:g + n]) for _ in range(G)]
         eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
                             ctx.batch_size, ctx.generator, **kw)
         g += n
-    if eps:
-        ctx.carry["group_tokens"] = sum(e.generated_tokens for e in eps) / (len(eps) / G)
+    remember_group_cost(ctx, eps)
     shape_rewards(eps, ctx)
     return eps
+
+
+def _group_cost(ctx: RolloutContext, eps: list[Episode]) -> float:
+    """Mean generated tokens of one group of `eps`."""
+    return sum(e.generated_tokens for e in eps) / (len(eps) / ctx.group_size)
+
+
+def next_wave(ctx: RolloutContext, eps: list[Episode], left: float, remaining: int) -> int:
+    """Groups the next budgeted wave launches, given the step's episodes `eps` so far, the
+    tokens `left` of its limit and the `remaining` groups: as many as `left` affords at the cost
+    of a group (this step's mean so far, else `ctx.carry["group_tokens"]`, the run's last
+    measured one; unknown: a full wave), at most one wave of `batch_size` episodes, at least one
+    group in a step that has none yet (0: stop)."""
+    per_wave = max(1, ctx.batch_size // ctx.group_size)
+    cost = _group_cost(ctx, eps) if eps else ctx.carry.get("group_tokens")
+    n = per_wave if cost is None else int(round(left / max(cost, 1.0)))
+    return min(per_wave, remaining, max(n, 0 if eps else 1))
+
+
+def remember_group_cost(ctx: RolloutContext, eps: list[Episode]) -> None:
+    """Keep the step's mean cost of a group for the next step's first wave (`next_wave`)."""
+    if eps:
+        ctx.carry["group_tokens"] = _group_cost(ctx, eps)
 
 
 def _groups(eps: list[Episode]) -> dict[int, list[Episode]]:

@@ -54,7 +54,8 @@ from ..envs.base import Task
 from ..errors import ConfigError
 from ..registry import Registry
 from ..types import Episode
-from .controllers import RolloutContext, RolloutResult, record_spend, spend_limit
+from .controllers import (RolloutContext, RolloutResult, next_wave, record_spend,
+                          remember_group_cost, spend_limit)
 from .executors import INF, PathEvent, PathJob, Report
 from .planner import PLANNER_READS, FocusPlanner, PlanPath, seed_base
 from .tree import Node
@@ -296,17 +297,12 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
     base = seed_base(ctx.generator)
     budget = ctx.budget_tokens > 0
     limit = spend_limit(ctx, "linear_spend") if budget else 0.0
-    per_wave = max(1, ctx.batch_size // ctx.group_size) if budget else len(tasks)
     eps: list[Episode] = []
     start = 0
     while start < len(tasks):
-        n = min(per_wave, len(tasks) - start)
+        n = len(tasks) - start
         if budget:          # as many groups as the rest affords, as `controllers.run_groups`
-            cost = (sum(e.generated_tokens for e in eps) / (len(eps) / ctx.group_size) if eps
-                    else ctx.carry.get("group_tokens"))
-            left = limit - sum(e.generated_tokens for e in eps)
-            if cost is not None:
-                n = min(n, max(int(round(left / max(cost, 1.0))), 0 if eps else 1))
+            n = next_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps), n)
             if n <= 0:
                 break
         sched = PathScheduler(ctx, list(tasks[start:start + n]), runner.pool, runner.values,
@@ -321,7 +317,7 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
             eps.append(ep)
         start += n
     if budget and eps:
-        ctx.carry["group_tokens"] = sum(e.generated_tokens for e in eps) / (len(eps) / ctx.group_size)
+        remember_group_cost(ctx, eps)
         record_spend(ctx, "linear_spend", sum(e.generated_tokens for e in eps))
     res = RolloutResult(eps)
     res.extras["metrics"] = {"rollout/worker_restarts": getattr(runner.pool, "replaced", 0)}
