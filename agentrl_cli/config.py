@@ -76,6 +76,8 @@ class EnvConfig:
     """Training tasks."""
     n_eval: int = 60
     """Held-out tasks (disjoint from training: search by start entity and relation path, locate by repository or, with shared repositories, by entry function, rules/math by case/problem)."""
+    call_cost: float = 0.0
+    """search, locate, rules, math: a correct answer earns 1 less this per message before it (tool calls and malformed messages; at least 0), a wrong one 0; success is unchanged. 0: only correctness counts; above 0 the env gives a reason to answer early (e.g. 0.05: a correct answer after 10 calls earns 0.5)."""
     options: dict = field(default_factory=dict)
     """A user env's options (`--env file.py:factory`, `module:factory` or an `agentrl.envs` entry point), passed to its factory as keywords: `--set env.NAME=VALUE` for such an env lands here (`env.options.NAME=VALUE` works for any env). Only the keys given are passed, so the factory's own defaults hold for the rest (docs/your-env.md)."""
 

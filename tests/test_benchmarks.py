@@ -20,6 +20,7 @@ EXPECTED = {"math-l45", "deonticbench-airline", "deonticbench-sara-numeric",
             "deonticbench-sara-binary", "browsecomp-plus", "locbench", "tau2-retail", "gaia",
             "hle", "bfcl-multi-turn-base", "bfcl-multi-turn-miss-func",
             "bfcl-multi-turn-miss-param", "bfcl-multi-turn-long-context", "search", "search-long",
+            "search-long-compaction",
             "locate", "rules", "math"}
 
 

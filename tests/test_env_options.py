@@ -13,11 +13,11 @@ from agentrl_cli.envs import ENVS
 from agentrl_cli.envs.base import SECTION_OPTIONS, EnvOptionError, env_factory, make_env_spec
 
 BUILT_IN = {"search": {"n_entities", "min_hops", "max_hops", "n_train", "n_eval", "max_turns",
-                       "relations"},
+                       "relations", "call_cost"},
             "locate": {"n_files", "n_entities", "min_hops", "max_hops", "n_train", "n_eval",
-                       "max_turns", "repos"},
-            "math": {"min_hops", "max_hops", "n_train", "n_eval", "max_turns"},
-            "rules": {"min_hops", "max_hops", "n_train", "n_eval", "max_turns"},
+                       "max_turns", "repos", "call_cost"},
+            "math": {"min_hops", "max_hops", "n_train", "n_eval", "max_turns", "call_cost"},
+            "rules": {"min_hops", "max_hops", "n_train", "n_eval", "max_turns", "call_cost"},
             "bfcl-multi-turn-base": {"max_turns"}}
 
 
@@ -61,3 +61,36 @@ def test_make_env_spec_reads_the_section():
     assert spec.make().max_turns == 5
     other = make_env_spec(section, seed=3)
     assert [t.prompt for t in other.tasks("eval")] != [t.prompt for t in spec.tasks("eval")]
+
+
+@pytest.mark.parametrize("name", ["search", "locate", "math", "rules"])
+def test_call_cost_lowers_a_correct_answers_reward_per_message_before_it(name):
+    """`env.call_cost` c: the expert's correct answer after k messages earns 1 - c*k (>= 0), a
+    wrong answer 0, success unchanged; c = 0 keeps the plain 1/0 reward."""
+    import random
+
+    for cost in (0.0, 0.05, 0.6):
+        section = dataclasses.replace(EnvConfig(), name=name, n_train=4, n_eval=4, call_cost=cost)
+        spec = make_env_spec(section)
+        task = spec.tasks("eval")[0]
+        env = spec.make()
+        env.reset(task)
+        rng = random.Random(0)
+        while True:
+            result = env.step(spec.expert(env, rng, 0.0))
+            if result.terminated or result.truncated:
+                break
+        assert result.info["success"] is True
+        assert result.reward == pytest.approx(max(0.0, 1.0 - cost * (env.steps - 1)))
+        if cost == 0.6:
+            assert env.steps >= 3 and result.reward == 0.0   # 1 - 0.6 * 2 < 0: floored at 0
+        env.reset(task)
+        wrong = env.step("answer(no such thing at all)")
+        assert wrong.reward == 0.0 and wrong.info["success"] is False
+
+
+def test_call_cost_outside_0_1_is_a_config_error():
+    with pytest.raises(ConfigError, match="env.call_cost must be in"):
+        make_env_spec(dataclasses.replace(EnvConfig(), call_cost=1.5))
+    with pytest.raises(ConfigError, match="env.call_cost must be in"):
+        make_env_spec(dataclasses.replace(EnvConfig(), call_cost=-0.1))

@@ -18,6 +18,16 @@ from conftest import MICRO
 SHIPPED = {"search": None, "search-long": "search-long"}    # shipped folder -> --benchmark
 
 
+def test_a_call_cost_loads_the_same_build():
+    """env.call_cost is a reward setting: the warm-up (expert imitation) and so the build are
+    the same, e.g. the compaction variant of the long horizon loads the shipped long agent."""
+    recipe = tiny_recipe(load_config(None, None, "search-long-compaction"))
+    assert recipe.env.call_cost == 0.0 and "call_cost" not in recipe.flat()
+    assert recipe.key() == tiny_recipe(load_config(None, None, "search-long")).key()
+    assert tiny.shipped_path(recipe) == tiny.SHIPPED / "search-long"
+    assert load_config(None, None, "search-long-compaction").env.call_cost == 0.05
+
+
 @pytest.mark.parametrize("folder,benchmark", sorted(SHIPPED.items()))
 def test_the_shipped_build_is_the_recipe_in_code(folder, benchmark):
     recipe = tiny_recipe(load_config(None, None, benchmark))

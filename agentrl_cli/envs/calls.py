@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from .base import StepResult, Task
 
-__all__ = ["CallEnv", "CallSpec", "parse_call"]
+__all__ = ["CallEnv", "CallSpec", "check_call_cost", "parse_call"]
 
 _CALL = re.compile(r"^([a-z_]+)\((.*)\)$", re.DOTALL)
 
@@ -50,6 +50,14 @@ def parse_call(action: str, tools: tuple[str, ...]) -> tuple[str, str] | None:
     return m.group(1), arg
 
 
+def check_call_cost(call_cost: float) -> float:
+    """`env.call_cost` as a float in [0, 1); anything else is a ConfigError."""
+    cost = float(call_cost)
+    if not 0.0 <= cost < 1.0:
+        raise ConfigError(f"env.call_cost must be in [0, 1), got {call_cost}")
+    return cost
+
+
 class CallEnv:
     """The episode bookkeeping shared by the one-call-per-message envs (`search`, `locate`,
     `rules`, `math`): turn counting, truncation at `max_turns`, the step envelope (`info` with
@@ -63,6 +71,10 @@ class CallEnv:
     hooks: `_parse` (another call syntax than `parse_call`), `_answer` (more `info` keys for
     an answer than `success`; the reward is 1.0 on success, else 0.0), `failed_info` (what a
     truncated episode's `info` gets) and `_record` (more keys in a history entry).
+
+    `call_cost` (the env option `env.call_cost`, default 0) lowers a correct answer's reward by
+    that much per message before it (tool calls and malformed messages), floored at 0: a reason
+    to answer early. A wrong answer earns 0 either way; success is unchanged.
     """
 
     system_prompt: str
@@ -70,10 +82,11 @@ class CallEnv:
     malformed: str
     failed_info: dict[str, Any] = {"success": False}
 
-    def __init__(self, max_turns: int = 12):
+    def __init__(self, max_turns: int = 12, call_cost: float = 0.0):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         self.max_turns = max_turns
+        self.call_cost = check_call_cost(call_cost)
         self.task: Task | None = None
         self.history: list[dict] = []   # {"action","tool","arg","observation","error"} per step
         self.steps = 0
@@ -100,6 +113,12 @@ class CallEnv:
     def _answer(self, arg: str) -> dict[str, Any]:
         """The `info` keys of an answer; `success` decides the reward."""
         return {"success": self._check(arg)}
+
+    def _reward(self, success: bool) -> float:
+        """1 for a correct answer less `call_cost` per message before it (at least 0), else 0."""
+        if not success:
+            return 0.0
+        return max(0.0, 1.0 - self.call_cost * (self.steps - 1))
 
     def _record(self, action: str, tool: str | None, arg: str, obs: str,
                 error: bool) -> dict[str, Any]:
@@ -130,7 +149,7 @@ class CallEnv:
         elif tool == "answer":
             info.update(self._answer(arg))
             info.setdefault("answer", arg)          # the model's answer, as the env read it
-            obs, reward, terminated = "", (1.0 if info["success"] else 0.0), True
+            obs, reward, terminated = "", self._reward(info["success"]), True
         else:
             obs, error = self._tool(tool, arg)
         truncated = not terminated and self.steps >= self.max_turns
@@ -167,7 +186,7 @@ class CallSpec:
     build: Callable[[int, int, int, int, int], dict[str, tuple[Task, ...]]]
 
     def __init__(self, seed: int = 0, min_hops: int = 2, max_hops: int = 3, n_train: int = 600,
-                 n_eval: int = 200, max_turns: int = 12):
+                 n_eval: int = 200, max_turns: int = 12, call_cost: float = 0.0):
         if not 1 <= min_hops <= max_hops:
             raise ConfigError(f"{self.name}: need 1 <= env.min_hops <= env.max_hops, "
                               f"got {min_hops}..{max_hops}")
@@ -178,9 +197,10 @@ class CallSpec:
             raise ConfigError(f"{self.name}: env.n_train and env.n_eval must be non-negative")
         self.seed, self.min_hops, self.max_hops = int(seed), int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
+        self.call_cost = check_call_cost(call_cost)
 
     def make(self) -> CallEnv:
-        return self.env_class(self.max_turns)
+        return self.env_class(self.max_turns, self.call_cost)
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in ("train", "eval"):

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import ENVS, Task, env_factory
-from .calls import CallEnv
+from .calls import CallEnv, check_call_cost
 
 __all__ = [
     "Repo",
@@ -363,7 +363,7 @@ class LocateSpec:
 
     def __init__(self, seed: int = 0, n_files: int = 48, min_hops: int = 2, max_hops: int = 3,
                  n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
-                 repos: str = "per-task"):
+                 repos: str = "per-task", call_cost: float = 0.0):
         if not 1 <= min_hops <= max_hops:
             raise ConfigError(f"locate: need 1 <= env.min_hops <= env.max_hops, "
                               f"got {min_hops}..{max_hops}")
@@ -380,9 +380,10 @@ class LocateSpec:
         self.seed, self.n_files = int(seed), int(n_files)
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
+        self.call_cost = check_call_cost(call_cost)
 
     def make(self) -> LocateEnv:
-        return LocateEnv(self.max_turns)
+        return LocateEnv(self.max_turns, self.call_cost)
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in ("train", "eval"):
@@ -401,11 +402,12 @@ class LocateSpec:
 
 
 @env_factory("locate", ("n_files", "n_entities", "min_hops", "max_hops", "n_train", "n_eval",
-                         "max_turns", "repos"))
+                         "max_turns", "repos", "call_cost"))
 def make_locate_spec(seed: int = 0, n_entities: int | None = None, **options: Any) -> LocateSpec:
     """Registry factory. Options: n_files (files per repository, 8-200; `n_entities`, the
     generic env-config size, is used when n_files is not given), min_hops, max_hops (functions
-    on the call chain, 1-5), n_train, n_eval, max_turns, repos ("per-task" | "shared")."""
+    on the call chain, 1-5), n_train, n_eval, max_turns, repos ("per-task" | "shared"),
+    call_cost (`CallEnv`)."""
     if n_entities is not None:
         options.setdefault("n_files", n_entities)
     return LocateSpec(seed, **options)

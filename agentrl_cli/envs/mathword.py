@@ -387,10 +387,10 @@ class MathSpec(CallSpec):
         return _expert_action(env, rng, error_rate)
 
 
-@env_factory("math", ("min_hops", "max_hops", "n_train", "n_eval", "max_turns"))
+@env_factory("math", ("min_hops", "max_hops", "n_train", "n_eval", "max_turns", "call_cost"))
 def make_math_spec(seed: int = 0, **options: Any) -> MathSpec:
     """Registry factory. Options: min_hops, max_hops (arithmetic operations per problem, 1-5),
-    n_train, n_eval, max_turns."""
+    n_train, n_eval, max_turns, call_cost (`CallEnv`)."""
     return MathSpec(seed, **options)
 
 

@@ -322,10 +322,10 @@ class RulesSpec(CallSpec):
         return _expert_action(env, rng, error_rate)
 
 
-@env_factory("rules", ("min_hops", "max_hops", "n_train", "n_eval", "max_turns"))
+@env_factory("rules", ("min_hops", "max_hops", "n_train", "n_eval", "max_turns", "call_cost"))
 def make_rules_spec(seed: int = 0, **options: Any) -> RulesSpec:
     """Registry factory. Options: min_hops, max_hops (rules a question needs, 1-4), n_train,
-    n_eval, max_turns."""
+    n_eval, max_turns, call_cost (`CallEnv`)."""
     return RulesSpec(seed, **options)
 
 

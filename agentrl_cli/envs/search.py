@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import ENVS, Task, env_factory
-from .calls import CallEnv
+from .calls import CallEnv, check_call_cost
 
 __all__ = [
     "Doc",
@@ -340,9 +340,9 @@ class SearchEnv(CallEnv):
     tools = ("search", "open", "answer")
     malformed = MALFORMED
 
-    def __init__(self, world: SearchWorld, max_turns: int = 12):
+    def __init__(self, world: SearchWorld, max_turns: int = 12, call_cost: float = 0.0):
         self.world = world
-        super().__init__(max_turns)
+        super().__init__(max_turns, call_cost)
 
     def _parse(self, action: str) -> tuple[str, str] | None:
         return parse_action(action)
@@ -416,7 +416,7 @@ class SearchSpec:
 
     def __init__(self, seed: int = 0, n_entities: int = 300, min_hops: int = 2,
                  max_hops: int = 3, n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
-                 relations: str = "full"):
+                 relations: str = "full", call_cost: float = 0.0):
         if not 1 <= min_hops <= max_hops:
             raise ConfigError(f"the search env needs 1 <= env.min_hops <= env.max_hops, got "
                               f"{min_hops}..{max_hops}")
@@ -429,10 +429,11 @@ class SearchSpec:
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.n_train, self.n_eval, self.max_turns = int(n_train), int(n_eval), int(max_turns)
         self.relations = relations
+        self.call_cost = check_call_cost(call_cost)
         self.world = _world(self.seed, self.n_entities, relations)
 
     def make(self) -> SearchEnv:
-        return SearchEnv(self.world, self.max_turns)
+        return SearchEnv(self.world, self.max_turns, self.call_cost)
 
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in self.splits:
@@ -450,10 +451,11 @@ class SearchSpec:
 
 
 @env_factory("search", ("n_entities", "min_hops", "max_hops", "n_train", "n_eval", "max_turns",
-                         "relations"))
+                         "relations", "call_cost"))
 def make_search_spec(seed: int = 0, **options: Any) -> SearchSpec:
     """Registry factory. Options: n_entities, min_hops, max_hops, n_train, n_eval, max_turns,
-    relations ("full" | "single")."""
+    relations ("full" | "single"), call_cost (`CallEnv`: a correct answer's reward less this
+    per message before it)."""
     return SearchSpec(seed, **options)
 
 

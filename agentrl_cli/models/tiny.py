@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -68,12 +68,19 @@ class TinyRecipe:
     lr_schedule: str = "cosine"
     seed: int = 0
 
+    def __post_init__(self):
+        # the warm-up imitates the expert: a reward setting is not part of it, so every
+        # env.call_cost gets the same build (whose value head learned the plain 0/1 reward)
+        if self.env.call_cost:
+            object.__setattr__(self, "env", replace(self.env, call_cost=0.0))
+
     def flat(self) -> dict:
         """One level of fields, the env's under `ENV_KEYS` names (`env`, `env_seed`, `min_hops`,
         ...): what the key hashes and `recipe.json` records."""
-        # a user env's options (none for a built-in env) only when there are any
+        # a user env's options (none for a built-in env) only when there are any; call_cost
+        # never (a reward setting, always 0 here)
         out = {ENV_KEYS.get(k, k): v for k, v in asdict(self.env).items()
-               if not (k == "options" and not v)}
+               if not (k == "options" and not v) and k != "call_cost"}
         out.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "env")
         return out
 
