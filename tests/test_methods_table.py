@@ -73,3 +73,30 @@ def test_critic_rank_table_merges_seeds_per_step():
     lines = crt.table([doc([0.5, 0.1]), doc([0.3, None])]).splitlines()
     assert lines[2] == "| 10 | 0.50 / 0.30 | 0.40 | 0.20 | 0.50 | 0.40 |"
     assert lines[3] == "| 20 | 0.10 | 0.10 | 0.30 | 0.50 | 0.50 |"    # an undefined rho is left out
+
+
+def test_tool_calls_table_spans_seeds_and_flags_a_collapse(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "tool_calls_table", ROOT / "benchmarks" / "tool_calls_table.py")
+    tct = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tct)
+
+    def run(method, seed, calls, success):
+        folder = tmp_path / "cells" / method / f"seed-{seed}"
+        folder.mkdir(parents=True)
+        rows = [{"step": 0, "eval/success": 0.3, "eval/tool_calls": 8.0}]
+        rows += [{"step": i + 1, "rollout/tool_calls": c, "success": s, "reward/mean": s / 2,
+                  "rollout/context_resets": 0.5} for i, (c, s) in enumerate(zip(calls, success))]
+        rows.append({"step": len(calls), "eval/success": 0.5, "eval/tool_calls": calls[-1]})
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "summary.json").write_text(json.dumps({"method": method, "seed": seed}))
+
+    run("grpo", 0, [8.0] * 10 + [1.0] * 10, [0.6] * 10 + [0.2] * 10)    # collapses
+    run("grpo", 1, [8.0] * 20, [0.6] * 20)
+    run("focus", 0, [6.0] * 10 + [7.0] * 10, [0.5] * 20)
+    lines = tct.table(tct.collect([tmp_path], 2)).splitlines()
+    assert "calls, steps 1-10 | calls, steps 11-20" in lines[0]
+    focus = next(x for x in lines if x.startswith("| `focus`"))
+    grpo = next(x for x in lines if x.startswith("| `grpo`"))
+    assert focus.startswith("| `focus` | 0 | 6.00 | 7.00 | 0.25 | 0.50 | 8.00 / 7.00 | 0.30 / 0.50 | 0.50 | none |")
+    assert grpo.startswith("| `grpo` | 0,1 | 8.00 | 4.50 |") and grpo.endswith("| 0 |")

@@ -1,0 +1,102 @@
+"""The tool-call table of docs/results.md: tool calls per episode over training, per method (or
+sweep cell) over its seeds, with `agentrl diagnose tool-calls`'s collapse verdict per seed.
+
+    python benchmarks/tool_calls_table.py runs/collapse                # an `agentrl ablate` folder
+    python benchmarks/tool_calls_table.py --windows 4 runs/a runs/b/cells/*/seed-*/
+
+Columns, each a mean over seeds (per seed after the slash where it matters): training tool calls
+per episode over consecutive stretches of the run (`--windows` equal stretches; the first and
+last say whether calls fell), training reward and success over the last stretch, held-out tool
+calls and success at the first and the last check, context resets per training episode, and the
+seeds whose run `tool_call_trend` flags as collapsed (tool calls below half their peak for five
+steps while success falls).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentrl_cli.diagnostics.tool_calls import tool_call_trend  # noqa: E402
+
+
+def load_run(run: Path, windows: int) -> dict | None:
+    """One finished run's numbers (None without summary.json)."""
+    if not (run / "summary.json").is_file():
+        return None
+    summary = json.loads((run / "summary.json").read_text())
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    steps = [r for r in rows if "rollout/tool_calls" in r]
+    checks = [r for r in rows if "eval/success" in r]
+    size = max(1, len(steps) // windows)
+    stretches = [steps[i * size:(i + 1) * size] for i in range(windows)]
+    stretches[-1] = steps[(windows - 1) * size:]
+    last = stretches[-1]
+    trend = tool_call_trend(run)
+    label = run.parent.name if run.name.startswith("seed-") else summary["method"]
+    return {"label": label, "seed": summary["seed"],
+            "spans": [(s[0]["step"], s[-1]["step"]) for s in stretches],
+            "calls": [statistics.mean(r["rollout/tool_calls"] for r in s) for s in stretches],
+            "reward": statistics.mean(r.get("reward/mean", 0.0) for r in last),
+            "success": statistics.mean(r.get("success", 0.0) for r in last),
+            "resets": statistics.mean(r.get("rollout/context_resets", 0.0) for r in steps),
+            "eval_calls": (checks[0].get("eval/tool_calls"), checks[-1].get("eval/tool_calls")),
+            "eval_success": (checks[0]["eval/success"], checks[-1]["eval/success"]),
+            "collapse": trend["collapse"]}
+
+
+def collect(paths: list[Path], windows: int) -> dict[str, list[dict]]:
+    """label -> its runs, from run folders and ablate folders (their cells/*/seed-*)."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for p in paths:
+        runs = sorted(p.glob("cells/*/seed-*")) if (p / "cells").is_dir() else [p]
+        for run in runs:
+            r = load_run(run, windows)
+            if r is not None:
+                out[r["label"]].append(r)
+    return out
+
+
+def _mean(xs) -> str:
+    xs = [x for x in xs if x is not None]
+    return f"{statistics.mean(xs):.2f}" if xs else "–"
+
+
+def table(groups: dict[str, list[dict]]) -> str:
+    if not groups:
+        return "no finished runs"
+    spans = next(iter(groups.values()))[0]["spans"]
+    heads = [f"calls, steps {a}-{b}" for a, b in spans]
+    lines = ["| method | seeds | " + " | ".join(heads) + " | reward, last stretch | success, "
+             "last stretch | held-out calls, first / last check | held-out success, first / "
+             "last check | resets / episode | collapsed seeds |",
+             "|---|---|" + "---|" * (len(heads) + 6)]
+    for label, runs in groups.items():
+        runs = sorted(runs, key=lambda r: r["seed"])
+        calls = [_mean(r["calls"][i] for r in runs) for i in range(len(spans))]
+        collapsed = [str(r["seed"]) for r in runs if r["collapse"] is not None]
+        lines.append(
+            f"| `{label}` | {','.join(str(r['seed']) for r in runs)} | " + " | ".join(calls)
+            + f" | {_mean(r['reward'] for r in runs)} | {_mean(r['success'] for r in runs)} | "
+            f"{_mean(r['eval_calls'][0] for r in runs)} / {_mean(r['eval_calls'][1] for r in runs)} | "
+            f"{_mean(r['eval_success'][0] for r in runs)} / "
+            f"{_mean(r['eval_success'][1] for r in runs)} | {_mean(r['resets'] for r in runs)} | "
+            f"{', '.join(collapsed) or 'none'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders or agentrl ablate folders")
+    ap.add_argument("--windows", type=int, default=4, help="equal stretches of training steps")
+    args = ap.parse_args()
+    print(table(collect(args.runs, max(1, args.windows))))
+
+
+if __name__ == "__main__":
+    main()
