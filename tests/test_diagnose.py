@@ -419,3 +419,19 @@ def test_rollout_trees_from_a_checkpoint_read_its_separate_critic(micro_run, tmp
             v = float(pol.critic(h[0, -1].float()))
         assert abs(v - 0.5) > 1e-4, "the trained critic must have moved off its initial 0.5"
         assert root["v"] == pytest.approx(v, abs=1e-5)
+
+
+def test_figure_titles_name_the_env_variant(tmp_path):
+    """A run on the long horizon (or with compaction, or a call cost) is not titled as if it ran
+    on the default `search` env: `plots.run_label` reads the run's env and context sections."""
+    from agentrl_cli.reporting.plots import env_label, run_label
+
+    assert env_label({"name": "search", "min_hops": 2, "max_hops": 3}) == "search"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({
+        "method": "focus", "seed": 2, "env": {"name": "search", "min_hops": 4, "max_hops": 5,
+                                              "call_cost": 0.05},
+        "context": {"operator": "compaction"}}))
+    assert run_label(run) == "focus on search, 4-5 hops, compaction, 0.05/call, seed 2"
+    assert run_label(tmp_path / "missing") == "missing"

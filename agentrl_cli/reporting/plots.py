@@ -117,14 +117,35 @@ def run_title(method: str | None = None, env: str | None = None, seeds=None, ext
     return head + (f"\n{extra}" if extra else "")
 
 
+def env_label(env: dict, context: dict | None = None) -> str:
+    """An env section (and context section) as a title says it: the env's name, plus what sets
+    it apart from the name's defaults: 'search, 4-5 hops, compaction, 0.05/call' for the
+    compaction variant of the long horizon, 'search' for the default one."""
+    from ..config import EnvConfig
+
+    base = EnvConfig()
+    out = [str(env.get("name", "?"))]
+    hops = (env.get("min_hops", base.min_hops), env.get("max_hops", base.max_hops))
+    if hops != (base.min_hops, base.max_hops):
+        out.append(f"{hops[0]}-{hops[1]} hops")
+    operator = (context or {}).get("operator", "none")
+    if operator != "none":
+        out.append(operator)
+    if env.get("call_cost"):
+        out.append(f"{env['call_cost']:g}/call")
+    return ", ".join(out)
+
+
 def run_label(run) -> str:
-    """'mpo on search, seed 0' from a run folder's config.json, else the folder's name."""
+    """'mpo on search, seed 0' from a run folder's config.json (the env as `env_label` says it),
+    else the folder's name."""
     import json
 
     p = Path(str(run))
     try:
         cfg = json.loads((p / "config.json").read_text())
-        return run_title(cfg.get("method"), (cfg.get("env") or {}).get("name"), cfg.get("seed"))
+        return run_title(cfg.get("method"), env_label(cfg.get("env") or {}, cfg.get("context")),
+                         cfg.get("seed"))
     except (OSError, ValueError, AttributeError):
         return p.name
 

@@ -14,7 +14,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -30,7 +30,7 @@ from ..methods import FORKING_CONTROLLERS
 from ..models.critic import critic_config
 from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
-from ..reporting.plots import learning_curve
+from ..reporting.plots import env_label, learning_curve
 from ..rollout.controllers import RolloutContext
 from ..rollout.matched_budget import matched_budget
 from ..rollout.rollouts import Rollouts, open_rollouts
@@ -396,7 +396,8 @@ def finish(run: Run, t_start: float) -> dict:
         atomic_write_text(run.out / "summary.json", json.dumps(summary, indent=2))
         png = run.out / f".learning_curve.{os.getpid()}.tmp.png"
         learning_curve(read_metrics(run.out / "metrics.jsonl"), png, method=cfg.method,
-                       env=cfg.env.name, model=cfg.model.name, seed=cfg.seed,
+                       env=env_label(asdict(cfg.env), asdict(cfg.context)),
+                       model=cfg.model.name, seed=cfg.seed,
                        checks=f"{len(run.eval_tasks)} tasks x {cfg.train.eval_samples} samples")
         os.replace(png, run.out / "learning_curve.png")
         run.metrics.close()
