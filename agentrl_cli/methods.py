@@ -102,18 +102,17 @@ _add(Recipe(
     reference=True,  # extra compute: one teacher-forced reference pass per tool-call boundary
 ))
 _add(Recipe(
-    "focus", "tree rollouts branching where the critic is most wrong, refined-value TD(1) normalised per tree, PPO-clip",
+    "focus", "tree rollouts branching where the critic is most wrong, refined-value TD(1) credit, PPO-clip",
     {"algo.estimator": "focus", "algo.loss": "ppo_clip", "algo.controller": "focus",
      # focus_lam 1 (each segment's advantage is R - V~(s_k)), not the paper's TD(0): with the
      # built-in agent's weak critic, TD(0) put a failed path's credit on its last segments and
      # the policy learned to postpone answering (docs/results.md); `--set
      # algo.focus_lam=0` restores it, and the paper-scale experiments/focus-*.yaml pin it.
      "algo.gamma": 1.0, "algo.focus_lam": 1.0, "algo.kappa": 1.0, "algo.focus_max_inflight": 2,
-     # focus_norm tree (centred per task tree, divided by its reward std), not the paper's raw
-     # residuals: with the built-in agent's lagging critic the raw credit of every path of a task
-     # carried the critic's offset for that task and learned at half GRPO's rate (docs/results.md);
-     # `--set algo.focus_norm=none` restores the paper's.
-     "algo.focus_norm": "tree",
+     # focus_norm: the paper's raw residuals (the config default, none). Per-tree normalisation
+     # (`--set algo.focus_norm=tree`) was the recipe while the critic sat on the policy's
+     # backbone; with the detached critic it no longer earns its place (level with none, three
+     # seeds: docs/results.md, "The paper's own credit, re-tested").
      # the critic's loss kept out of the policy's backbone (a value head reading the policy's
      # features): on the shared backbone the critic's gradient was 5-7x the policy's and steered
      # the policy's features, and FOCUS learned 3-4 points behind GRPO (docs/results.md);
