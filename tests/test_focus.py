@@ -152,6 +152,10 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
     assert seen["max_active"] <= 2 and seen["max_own"] <= 2
     assert len(res.episodes) == 10 and res.extras["metrics"]["focus/continuations"] == 8
     assert seen["forks"] > 0
+    m = res.extras["metrics"]     # the step reports how its continuations got their prefix
+    assert (m["focus/fork_starts"], m["focus/prefill_starts"]) == (seen["forks"], seen["prefills"])
+    assert m["focus/fork_starts"] + m["focus/prefill_starts"] == m["focus/continuations"]
+    assert (m["focus/prefill_start_tokens"] > 0) == (seen["prefills"] > 0)
     # every continuation resumes exactly its source's prefix; engine log-probs of the new tokens
     # (decoded on forked / compacted / re-prefilled KV rows) agree with a full forward pass
     assert [e.meta["focus_path"] for e in res.episodes] == list(range(10))

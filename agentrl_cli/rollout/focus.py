@@ -171,6 +171,12 @@ def focus(ctx: RolloutContext, tasks) -> RolloutResult:
     runner.run()
     res = runner.result()
     wall = time.perf_counter() - t0
-    res.extras["metrics"]["focus/bookkeeping_share"] = runner.plan.t_book / max(wall, 1e-9)
+    m = res.extras["metrics"]
+    m["focus/bookkeeping_share"] = runner.plan.t_book / max(wall, 1e-9)
+    # how continuations got their prefix: a fork of a row holding it, or a prefill (no row held
+    # it any more: its sources were dropped from the batch, or reset their context since)
+    loop = runner.loop
+    m["focus/fork_starts"], m["focus/prefill_starts"] = loop.forked, loop.refilled
+    m["focus/prefill_start_tokens"] = loop.refill_tokens
     res.extras["focus_timing"] = {"wall_seconds": wall, "bookkeeping_seconds": runner.plan.t_book}
     return res

@@ -71,6 +71,9 @@ class TokenLoop:
         self.kv = engine.new_batch(0)
         self.kv.keep_hidden = keep_hidden
         self.parked: list[LoopPath] = []
+        # continuations started (paths given `sources`): by a fork, or by prefilling the prefix
+        # because no source row held it any more; and the tokens those prefills fed
+        self.forked, self.refilled, self.refill_tokens = 0, 0, 0
 
     def start(self, path: LoopPath, sources: list[LoopPath] = ()) -> None:
         """Give `path` a row for its episode's visible context: a fork of the first of
@@ -82,8 +85,12 @@ class TokenLoop:
                     and holds_context(q.live.ep, ep) and int(self.kv.lengths[q.row]) >= n), None)
         if src is not None:
             path.row, path.feed = self.kv.fork(src, n), []   # refeeds the prefix's last token
+            self.forked += 1
         else:
             path.row, path.feed = self.kv.add_row(), visible_ids(ep)
+            if sources:
+                self.refilled += 1
+                self.refill_tokens += n
 
     def tick(self, running: list[LoopPath],
              after_feed: Callable[[], None] | None = None) -> list[TurnEnd]:
