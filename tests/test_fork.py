@@ -174,33 +174,3 @@ def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch):
     poisoned = step()
     assert [e.token_ids for e in poisoned.episodes] == [e.token_ids for e in ref.episodes]
     assert all(math.isfinite(x) for e in poisoned.episodes for x in e.logprobs)
-
-
-def test_compaction_drops_parked_rows_no_one_forks_from_first(micro_policy):
-    """`planner.compact_rows`: past 2 x share rows it keeps at most `share` parked rows; with
-    `needed`, the newest of the still-useful fork sources, so a useless row goes before an
-    older useful one (and with nothing needed every parked row goes)."""
-    from types import SimpleNamespace
-
-    from agentrl_cli.rollout.planner import compact_rows
-
-    model, tok, fmt, spec = micro_policy
-
-    def setup():
-        kv = KVBatch(model, 0, fmt.pad_id)
-        items = []
-        for i in range(6):
-            items.append(SimpleNamespace(row=kv.add_row(), useful=i in (0, 1)))
-        kv.extend([[5 + i, 6, 7] for i in range(6)])
-        return kv, items[:1], items[1:]          # 1 running, 5 parked (oldest first)
-
-    kv, active, parked = setup()
-    kept = compact_rows(kv, active, parked, 2)   # 6 rows > 2 x max(2, 1): compaction
-    assert kept == parked[-2:] and [q.row is None for q in parked] == [True] * 3 + [False] * 2
-    kv, active, parked = setup()
-    kept = compact_rows(kv, active, parked, 2, needed=lambda q: q.useful)
-    assert kept == [parked[0]]                   # the one useful parked row, though the oldest
-    assert kv.n == 2 and sorted(q.row for q in active + kept) == [0, 1]
-    assert all(q.row is None for q in parked[1:])
-    kv, active, parked = setup()
-    assert compact_rows(kv, active, parked, 2, needed=lambda q: False) == [] and kv.n == 1

@@ -11,10 +11,9 @@ next input (a decode token, an observation, the prompt of a new root) in at most
 one token sampled per running row; no row ever waits for another row's turn (no lock-step
 rounds). A continuation forks the cache of a row that holds the node's prefix (`KVBatch.fork`:
 the K/V are copied, one token is refed); finished rows stay parked as fork sources until the
-batch holds more than 2 x `batch_size` rows, then parked rows are dropped, those no
-continuation can fork from any more first (the step's budget is spent, or no state on the path
-can be branched), then the oldest (`planner.compact_rows`; a later fork from a state whose rows
-are all gone re-prefills the prefix).
+batch holds more than 2 x `batch_size` rows, then the oldest parked rows are dropped
+(`planner.compact_rows`; a later fork from a state whose rows are all gone re-prefills the
+prefix).
 
 Every path samples from its own generator (`planner.path_generator`), so a path's tokens depend
 only on its own context, never on which rows share the batch or when it was scheduled: with
@@ -144,14 +143,6 @@ class FocusRunner:
             nd.v = float(v)
         self.value_wait = []
 
-    def _fork_source(self, p: _Path) -> bool:
-        """A parked path may still be forked from: the step can still launch a continuation and
-        one of the states on its path (its leaf aside) can still be branched."""
-        if not self.plan.budget_left():
-            return False
-        nodes = p.plan.tree.nodes
-        return any(not nodes[i].terminal and nodes[i].resumable for i in p.plan.nodes[:-1])
-
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -165,7 +156,7 @@ class FocusRunner:
                     self._finish(end.path)
                 elif end.boundary:
                     self._new_state(end.path)
-            self.loop.compact(self.active, self._fork_source)
+            self.loop.compact(self.active)
             self._fill()
 
     def result(self) -> RolloutResult:

@@ -159,22 +159,15 @@ def env_snapshot(env) -> Any:
         return None
 
 
-def compact_rows(kv, active: list, parked: list, share: int,
-                 needed: Callable[[Any], bool] | None = None) -> list:
-    """Drop parked rows (finished paths kept as fork sources) once the KV batch holds more than
-    `2 x max(share, running)` rows, keeping at most `share` of them: the newest, and with
-    `needed` (is this parked item still a useful fork source?) the newest of those it accepts,
-    so rows no continuation can fork from go first; repack the cache when it is more than 1.5
-    times as wide as its longest row (plus 64 columns). Items carry a `.row` (None once
-    dropped). Returns the parked items still holding rows."""
+def compact_rows(kv, active: list, parked: list, share: int) -> list:
+    """Drop the oldest parked rows (finished paths kept as fork sources) once the KV batch
+    holds more than `2 x max(share, running)` rows; repack the cache when it is more than 1.5
+    times as wide as its longest row (plus 64 columns). Items carry a `.row` (None once dropped). Returns the parked
+    items still holding rows."""
     if kv.n > 2 * max(share, len(active)):
-        keep = parked if needed is None else [q for q in parked if needed(q)]
-        keep = keep[-share:]
-        kept = {id(q) for q in keep}
-        for q in parked:
-            if id(q) not in kept:
-                q.row = None
-        parked = keep
+        for q in parked[:-share]:
+            q.row = None
+        parked = parked[-share:]
         holders = sorted(active + parked, key=lambda q: q.row)
         kv.keep([q.row for q in holders])
         for i, q in enumerate(holders):

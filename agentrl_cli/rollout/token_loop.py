@@ -130,8 +130,5 @@ class TokenLoop:
         """A finished path: its row stays as a fork source until compaction drops it."""
         self.parked.append(p)
 
-    def compact(self, running: list[LoopPath],
-                needed: Callable[[LoopPath], bool] | None = None) -> None:
-        """Drop parked rows past the batch's limit (`planner.compact_rows`): with `needed`,
-        those it says no continuation will fork from go first."""
-        self.parked = compact_rows(self.kv, running, self.parked, self.share, needed)
+    def compact(self, running: list[LoopPath]) -> None:
+        self.parked = compact_rows(self.kv, running, self.parked, self.share)
