@@ -8,8 +8,8 @@ Columns, each a mean over seeds (per seed after the slash where it matters): tra
 per episode over consecutive stretches of the run (`--windows` equal stretches; the first and
 last say whether calls fell), training reward and success over the last stretch, held-out tool
 calls and success at the first and the last check, context resets per training episode, and the
-seeds whose run `tool_call_trend` flags as collapsed (tool calls below half their peak for five
-steps while success falls).
+seeds whose run `detect_collapse` (the rule of `agentrl diagnose tool-calls`) flags as collapsed
+(tool calls below half their peak for five steps while success falls).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl_cli.diagnostics.tool_calls import tool_call_trend  # noqa: E402
+from agentrl_cli.diagnostics.tool_calls import detect_collapse  # noqa: E402
 
 
 def load_run(run: Path, windows: int) -> dict | None:
@@ -33,11 +33,16 @@ def load_run(run: Path, windows: int) -> dict | None:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
     steps = [r for r in rows if "rollout/tool_calls" in r]
     checks = [r for r in rows if "eval/success" in r]
-    size = max(1, len(steps) // windows)
+    windows = min(windows, len(steps))       # a run shorter than the stretches asked for
+    if not windows:
+        return None
+    size = len(steps) // windows
     stretches = [steps[i * size:(i + 1) * size] for i in range(windows)]
     stretches[-1] = steps[(windows - 1) * size:]
     last = stretches[-1]
-    trend = tool_call_trend(run)
+    # `agentrl diagnose tool-calls`'s verdict (`tool_call_trend`), on the rows read here
+    collapse = detect_collapse([r["step"] for r in steps], [r["rollout/tool_calls"] for r in steps],
+                               [float(r.get("success", 0.0)) for r in steps])
     label = run.parent.name if run.name.startswith("seed-") else summary["method"]
     return {"label": label, "seed": summary["seed"],
             "spans": [(s[0]["step"], s[-1]["step"]) for s in stretches],
@@ -47,7 +52,7 @@ def load_run(run: Path, windows: int) -> dict | None:
             "resets": statistics.mean(r.get("rollout/context_resets", 0.0) for r in steps),
             "eval_calls": (checks[0].get("eval/tool_calls"), checks[-1].get("eval/tool_calls")),
             "eval_success": (checks[0]["eval/success"], checks[-1]["eval/success"]),
-            "collapse": trend["collapse"]}
+            "collapse": collapse}
 
 
 def collect(paths: list[Path], windows: int) -> dict[str, list[dict]]:
