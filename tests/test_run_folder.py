@@ -151,6 +151,10 @@ def test_sigkill_at_random_points_and_a_second_writer(ref, tmp_path):
             except FileNotFoundError:
                 pass
             time.sleep(0.01)
+        if kill == 0:
+            # paused while the second writers try, so the 3-step run cannot finish meanwhile
+            # (it holds its lock, stopped or not)
+            p.send_signal(signal.SIGSTOP)
         assert p.poll() is None, p.communicate()[0][-2000:]
         if kill == 0:
             before = (out / "metrics.jsonl").read_text()
@@ -158,6 +162,7 @@ def test_sigkill_at_random_points_and_a_second_writer(ref, tmp_path):
                 res = runner.invoke(app, second)
                 _one_line_exit_2(res, f"in use by another agentrl process (pid {p.pid})")
             assert (out / "metrics.jsonl").read_text().startswith(before)
+            p.send_signal(signal.SIGCONT)
         time.sleep(rng.uniform(0.0, 0.15))
         p.send_signal(signal.SIGKILL)
         p.communicate(timeout=60)
