@@ -412,6 +412,32 @@ def test_linear_budget_holds_the_run_to_its_tokens_per_step(micro_policy):
     assert abs(sum(spent) / 8 - budget) / budget < 0.25
 
 
+def test_linear_budget_draws_more_tasks_when_its_groups_fall_short(micro_policy):
+    """A budget above what the step's own groups cost: the linear controller draws fresh
+    training tasks (distinct, none of the step's) in whole groups until the budget is met within
+    about one group, so a GRPO whose episodes get shorter still generates what FOCUS does."""
+    spec = micro_policy[3]
+    tasks = spec.tasks("train", 2)
+    full = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, batch_size=4), tasks)
+    assert len(group_rewards(full.episodes)) == 2
+    per_group = full.tokens / 2
+    budget = int(full.tokens * 3)                  # about six groups' worth
+    res = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=budget, batch_size=4), tasks)
+    by_group: dict = {}
+    for e in res.episodes:
+        by_group.setdefault(e.group, []).append(e.task_id)
+    assert sorted(by_group) == list(range(len(by_group))) and len(by_group) > 3
+    assert all(len(ids) == 2 and len(set(ids)) == 1 for ids in by_group.values())
+    firsts = [by_group[g][0] for g in sorted(by_group)]
+    assert firsts[:2] == [t.task_id for t in tasks] and len(set(firsts)) == len(firsts)
+    assert res.extras["metrics"]["rollout/drawn_groups"] == len(by_group) - 2
+    assert abs(res.tokens - budget) <= 1.5 * per_group, (res.tokens, budget, per_group)
+    # dynamic sampling keeps its own refill rule: no extra draws from the first round
+    ds = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=budget, batch_size=4,
+                                        dynamic_sampling=True, dynamic_rounds=0), tasks)
+    assert len(group_rewards(ds.episodes)) == 2
+
+
 # ----------------------------------------------------------------------------- end to end
 
 E2E = MICRO + ["rollout.max_new_tokens=6", "train.steps=2",

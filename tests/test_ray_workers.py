@@ -264,3 +264,30 @@ def test_scheduler_linear_honours_the_run_budget(micro_policy):
     spent = [step(budget, carry, s).tokens for s in range(4)]
     assert carry["linear_spend"] == [float(sum(spent)), 4.0 * budget]
     assert abs(sum(spent) - 4 * budget) <= 2 * full.tokens / 6
+
+
+def test_scheduler_linear_draws_more_tasks_when_its_groups_fall_short(micro_policy):
+    """As the in-process controller: a budget beyond the step's own groups is met with fresh
+    training tasks in whole groups."""
+    model, tok, fmt, spec = micro_policy
+    algo = _cfg().algo
+    tasks = spec.tasks("train", 2)
+
+    def step(budget):
+        ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=4)
+        runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=3)
+        ctx = _ctx(micro_policy, algo, batch_size=4, seed=3, budget=budget, group_size=2)
+        return PATH_CONTROLLERS.get("linear")(ctx, tasks, runner)
+
+    full = step(0)
+    assert len(full.episodes) == 4 and full.extras["metrics"]["rollout/drawn_groups"] == 0
+    budget = int(full.tokens * 3)
+    res = step(budget)
+    firsts = {}
+    for e in res.episodes:
+        firsts.setdefault(e.group, e.task_id)
+    assert len(firsts) > 3 and len(set(firsts.values())) == len(firsts)
+    assert [firsts[0], firsts[1]] == [t.task_id for t in tasks]
+    assert res.extras["metrics"]["rollout/drawn_groups"] == len(firsts) - 2
+    assert abs(res.tokens - budget) <= 1.5 * full.tokens / 2
+

@@ -11,7 +11,10 @@ earlier steps left unspent, less what they overspent (`spend_limit`, kept in `ct
 run's total spend meets its total budget. The linear controller launches whole groups: as many
 as the limit affords at the run's measured cost of a group (the first step, with no cost yet
 measured, launches them all), in waves of at most `batch_size` episodes, never fewer than one
-group a step; a step that would need more groups than it has tasks stops at its tasks. With no
+group a step; when a step's tasks are spent and its limit still affords a group, it draws more
+training tasks (uniformly with the step's generator, never one already used this step), so a
+linear method whose episodes get shorter still generates its budget (before, it stopped at
+`rollout.tasks_per_step` groups and fell short of the methods it was compared with). With no
 budget, all episodes go to the engine in one call (exactly as without this feature).
 
 DAPO's overlong shaping is applied here, to `Episode.reward`, right after each episode is
@@ -120,14 +123,17 @@ def record_spend(ctx: RolloutContext, key: str, tokens: float) -> None:
 
 
 def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
-               spent: int = 0, limit: float | None = None, **kw) -> list[Episode]:
+               spent: int = 0, limit: float | None = None, extend: bool = False,
+               **kw) -> list[Episode]:
     """`ctx.group_size` episodes for each task (groups numbered from `first_group`), shaped.
 
     With a budget, groups are launched in waves of at most `batch_size` episodes while `spent`
     plus what this call has generated stays under `limit` (default `ctx.budget_tokens`): each
     wave takes as many groups as the rest affords at the cost of a group (this call's mean so
     far, else `ctx.carry["group_tokens"]`, the run's last measured one; unknown: every group
-    the wave holds), at least one group in all. `kw` goes to `run_episodes` (e.g. `on_state`).
+    the wave holds), at least one group in all. With `extend`, once `tasks` are spent, further
+    waves draw fresh training tasks (`fresh_tasks`) while the rest still affords a group. `kw`
+    goes to `run_episodes` (e.g. `on_state`).
     """
     G = ctx.group_size
     if ctx.budget_tokens <= 0:
@@ -137,13 +143,26 @@ def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
         shape_rewards(eps, ctx)
         return eps
     limit = ctx.budget_tokens if limit is None else limit
+    tasks = list(tasks)
+    used = {t.task_id for t in tasks}
     eps: list[Episode] = []
     g = 0
-    while g < len(tasks):
+    while True:
         left = limit - spent - sum(e.generated_tokens for e in eps)
-        n = next_wave(ctx, eps, left, len(tasks) - g)
+        remaining = len(tasks) - g
+        if remaining <= 0:
+            if not extend:
+                break
+            remaining = max(1, ctx.batch_size // G)
+        n = next_wave(ctx, eps, left, remaining)
         if n <= 0:
             break
+        if g + n > len(tasks):
+            drawn = fresh_tasks(ctx, used, g + n - len(tasks))
+            if not drawn:
+                break
+            tasks += drawn
+            n = min(n, len(tasks) - g)
         pairs = [(t, first_group + g + i) for i, t in enumerate(tasks[g:g + n]) for _ in range(G)]
         eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
                             ctx.batch_size, ctx.generator, **kw)
@@ -151,6 +170,16 @@ def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
     remember_group_cost(ctx, eps)
     shape_rewards(eps, ctx)
     return eps
+
+
+def fresh_tasks(ctx: RolloutContext, used: set, n: int) -> list[Task]:
+    """Up to `n` training tasks drawn uniformly with `ctx.generator`, none of them in `used`
+    (task ids, updated in place): what a budgeted step runs beyond its own tasks."""
+    pool = ctx.spec.tasks("train")
+    order = torch.randperm(len(pool), generator=ctx.generator).tolist()
+    out = [pool[i] for i in order if pool[i].task_id not in used][:n]
+    used |= {t.task_id for t in out}
+    return out
 
 
 def _group_cost(ctx: RolloutContext, eps: list[Episode]) -> float:
@@ -203,7 +232,6 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
     generated = len(first)                # episodes so far: the refills' cost estimate
     kept = [g for g in _groups(first).values() if is_informative(g)][:target]
     used = {t.task_id for t in tasks}
-    pool = ctx.spec.tasks("train")
     next_group = target
     rounds = 0
     while len(kept) < target and rounds < ctx.algo.dynamic_rounds:
@@ -216,11 +244,9 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
             if want <= 0:
                 break
         rounds += 1
-        order = torch.randperm(len(pool), generator=ctx.generator).tolist()
-        fresh = [pool[i] for i in order if pool[i].task_id not in used][:want]
+        fresh = fresh_tasks(ctx, used, want)
         if not fresh:
             break
-        used |= {t.task_id for t in fresh}
         eps = run_groups(ctx, fresh, first_group=next_group, spent=spent, limit=limit)
         next_group += len(fresh)
         spent += sum(e.generated_tokens for e in eps)
@@ -244,8 +270,13 @@ def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
     """G independent episodes per task (GRPO-style groups); DAPO dynamic sampling when
     `algo.dynamic_sampling` is on."""
     limit = spend_limit(ctx, "linear_spend") if ctx.budget_tokens > 0 else None
-    eps = run_groups(ctx, tasks, limit=limit)
-    res = dynamic_sampling(ctx, tasks, eps, limit) if ctx.algo.dynamic_sampling else RolloutResult(eps)
+    # dynamic sampling refills with fresh tasks itself; plain GRPO draws them to meet its budget
+    eps = run_groups(ctx, tasks, limit=limit, extend=not ctx.algo.dynamic_sampling)
+    if ctx.algo.dynamic_sampling:
+        res = dynamic_sampling(ctx, tasks, eps, limit)
+    else:
+        res = RolloutResult(eps)
+        res.extras["metrics"] = {"rollout/drawn_groups": max(0, len(_groups(eps)) - len(tasks))}
     if ctx.budget_tokens > 0:
         record_spend(ctx, "linear_spend", res.tokens)
     return res

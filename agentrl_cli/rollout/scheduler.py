@@ -54,7 +54,7 @@ from ..envs.base import Task
 from ..errors import ConfigError
 from ..registry import Registry
 from ..types import Episode
-from .controllers import (RolloutContext, RolloutResult, next_wave, record_spend,
+from .controllers import (RolloutContext, RolloutResult, fresh_tasks, next_wave, record_spend,
                           remember_group_cost, spend_limit)
 from .executors import INF, PathEvent, PathJob, Report
 from .planner import PLANNER_READS, FocusPlanner, PlanPath, seed_base
@@ -291,20 +291,32 @@ def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> R
 def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
     """`group_size` episodes per task; episode i (task-major) samples from
     `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`, as many
-    as the step's limit (`controllers.spend_limit`) affords."""
+    as the step's limit (`controllers.spend_limit`) affords, drawing fresh training tasks
+    (`controllers.fresh_tasks`) once the step's own are spent and the limit still affords a
+    group."""
     if ctx.algo.dynamic_sampling:
         raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
     base = seed_base(ctx.generator)
     budget = ctx.budget_tokens > 0
     limit = spend_limit(ctx, "linear_spend") if budget else 0.0
+    tasks = list(tasks)
+    asked = len(tasks)
+    used = {t.task_id for t in tasks}
     eps: list[Episode] = []
     start = 0
-    while start < len(tasks):
+    while start < len(tasks) or budget:
         n = len(tasks) - start
         if budget:          # as many groups as the rest affords, as `controllers.run_groups`
-            n = next_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps), n)
+            n = next_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps),
+                          n if n > 0 else max(1, ctx.batch_size // ctx.group_size))
             if n <= 0:
                 break
+            if start + n > len(tasks):
+                drawn = fresh_tasks(ctx, used, start + n - len(tasks))
+                if not drawn:
+                    break
+                tasks += drawn
+                n = min(n, len(tasks) - start)
         sched = PathScheduler(ctx, list(tasks[start:start + n]), runner.pool, runner.values,
                               runner.ticks, branching=False, base=base,
                               seed_offset=start * ctx.group_size, after_report=runner.after_report)
@@ -320,5 +332,6 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
         remember_group_cost(ctx, eps)
         record_spend(ctx, "linear_spend", sum(e.generated_tokens for e in eps))
     res = RolloutResult(eps)
-    res.extras["metrics"] = {"rollout/worker_restarts": getattr(runner.pool, "replaced", 0)}
+    res.extras["metrics"] = {"rollout/worker_restarts": getattr(runner.pool, "replaced", 0),
+                             "rollout/drawn_groups": len(tasks) - asked}
     return res
