@@ -18,8 +18,9 @@ state (after the final norm, the input of the LM head and of a value head) is ke
 The cache is preallocated: each layer's keys and values are views of buffers with spare
 columns (grown by a quarter, at least 64 columns, when full), and a forward writes its new columns
 in place instead of concatenating the whole cache every token. `fork` and `add_row` write the
-new row into a spare row of the buffers (a quarter more rows, at least 8, when full); `keep`
-and `pack` replace a layer's tensors and the next forward adopts them into a fresh buffer.
+new row into a spare row of the buffers (a quarter more rows, at least 8, when full); `pack`
+gathers into fresh buffers that keep the old ones' room, and `keep` replaces a layer's tensors,
+which the next forward adopts into a fresh buffer.
 """
 from __future__ import annotations
 
@@ -515,9 +516,14 @@ class KVBatch:
             g = idx[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             if isinstance(layer, _growing_layer_class()):
                 # straight into new buffers with spare rows and columns: no intermediate copy
-                # for the next forward to adopt
+                # for the next forward to adopt. They keep at least the old buffers' room: the
+                # rows grow back after a pack, and a buffer sized to the packed width had to be
+                # regrown (one more copy of the whole cache) within a few dozen tokens
                 k, v = layer.keys, layer.values
-                rows, cap = _with_room(k.shape[0], 8), _with_room(width, 64)
+                old_rows, old_cols = ((layer._kbuf.shape[0], layer._kbuf.shape[2])
+                                      if _in_buffers(layer) else (0, 0))
+                rows = max(_with_room(k.shape[0], 8), old_rows)
+                cap = max(_with_room(width, 64), old_cols)
                 kb = _buffer(k, rows, cap, self.n, width)
                 vb = _buffer(v, rows, cap, self.n, width)
                 torch.gather(k, 2, g, out=kb[:self.n, :, :width])
