@@ -101,7 +101,7 @@ class RolloutConfig:
     batch_size: int = 64
     """Episodes decoded concurrently by the engine."""
     budget_tokens: int = 0
-    """Generated tokens per step, extra continuations included, averaged over the run (0: no cap): each step's limit is this plus what earlier steps left unspent, less what they overspent (docs/methods.md, budgets); the same for every controller."""
+    """Generated tokens per step, extra continuations included, averaged over the run (0: no cap): each step's limit is this plus what earlier steps left unspent, less what they overspent (docs/methods.md, budgets); the same for every controller (a linear step whose tasks fall short draws more training tasks)."""
     budget_match: bool = False
     """With budget_tokens 0: cap each step at what a linear (GRPO) step of the base policy generates, measured at step 0 on step 1's tasks (tasks_per_step x group_size episodes; agentrl ablate measures the same) and kept on resume (the focus recipe sets it)."""
     workers: int = 0
