@@ -33,7 +33,7 @@ class ModelConfig:
     critic: str = "head"
     """Critic form when the method needs one: `head` (value head on the policy backbone, trained with it) | `detached` (the same head, its loss kept out of the backbone) | `separate` (its own model, a copy of the initial policy, + value head, as verl's PPO critic: a second forward/backward and a second model's memory)."""
     critic_path: str = ""
-    """`model.critic=separate`: start the critic's model from this model folder or hub id instead of a copy of the policy (verl's critic.model.path); it must use the policy's tokenizer, since it reads the policy's token ids. Its value head starts at 0.5."""
+    """`model.critic=separate`: start the critic's model from this model folder or hub id instead of a copy of the policy (verl's critic.model.path); it must use the policy's tokenizer, since it reads the policy's token ids. Its value head starts at 0.5. `agentrl widen` writes a wider copy of the policy that computes the same function (docs/methods.md)."""
     device: str = "auto"
     """auto | cpu | cuda."""
     tiny_warmup_steps: int = 4800

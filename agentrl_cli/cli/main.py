@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import ablate, benchmarks, diagnose, evaluate, rollout, tiny, train, view
-from . import check_env
+from . import check_env, widen
 
 app = typer.Typer(
     name="agentrl",
@@ -24,6 +24,7 @@ app.command("view")(view.view_cmd)
 app.command("benchmarks")(benchmarks.benchmarks_cmd)
 app.command("build-tiny")(tiny.build_tiny_cmd)
 app.command("check-env")(check_env.check_env_cmd)
+app.command("widen")(widen.widen_cmd)
 
 
 if __name__ == "__main__":
