@@ -148,21 +148,10 @@ def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
     eps: list[Episode] = []
     g = 0
     while True:
-        left = limit - spent - sum(e.generated_tokens for e in eps)
-        remaining = len(tasks) - g
-        if remaining <= 0:
-            if not extend:
-                break
-            remaining = max(1, ctx.batch_size // G)
-        n = next_wave(ctx, eps, left, remaining)
+        n = budget_wave(ctx, eps, limit - spent - sum(e.generated_tokens for e in eps),
+                        tasks, g, used, extend)
         if n <= 0:
             break
-        if g + n > len(tasks):
-            drawn = fresh_tasks(ctx, used, g + n - len(tasks))
-            if not drawn:
-                break
-            tasks += drawn
-            n = min(n, len(tasks) - g)
         pairs = [(t, first_group + g + i) for i, t in enumerate(tasks[g:g + n]) for _ in range(G)]
         eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
                             ctx.batch_size, ctx.generator, **kw)
@@ -170,6 +159,23 @@ def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
     remember_group_cost(ctx, eps)
     shape_rewards(eps, ctx)
     return eps
+
+
+def budget_wave(ctx: RolloutContext, eps: list[Episode], left: float, tasks: list[Task],
+                g: int, used: set, extend: bool) -> int:
+    """Groups the next budgeted wave launches from `tasks[g:]` (`next_wave`, given the step's
+    episodes `eps` and the tokens `left`); with `extend`, once `tasks` are spent, the wave's
+    fresh training tasks (`fresh_tasks`) are appended to `tasks` first. 0: stop."""
+    remaining = len(tasks) - g
+    if remaining <= 0:
+        if not extend:
+            return 0
+        remaining = max(1, ctx.batch_size // ctx.group_size)
+    n = next_wave(ctx, eps, left, remaining)
+    if n > 0 and g + n > len(tasks):
+        tasks += fresh_tasks(ctx, used, g + n - len(tasks))
+        n = min(n, len(tasks) - g)
+    return max(n, 0)
 
 
 def fresh_tasks(ctx: RolloutContext, used: set, n: int) -> list[Task]:

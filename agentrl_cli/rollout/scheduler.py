@@ -54,7 +54,7 @@ from ..envs.base import Task
 from ..errors import ConfigError
 from ..registry import Registry
 from ..types import Episode
-from .controllers import (RolloutContext, RolloutResult, fresh_tasks, next_wave, record_spend,
+from .controllers import (RolloutContext, RolloutResult, budget_wave, record_spend,
                           remember_group_cost, spend_limit)
 from .executors import INF, PathEvent, PathJob, Report
 from .planner import PLANNER_READS, FocusPlanner, PlanPath, seed_base
@@ -307,16 +307,10 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
     while start < len(tasks) or budget:
         n = len(tasks) - start
         if budget:          # as many groups as the rest affords, as `controllers.run_groups`
-            n = next_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps),
-                          n if n > 0 else max(1, ctx.batch_size // ctx.group_size))
+            n = budget_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps), tasks,
+                            start, used, extend=True)
             if n <= 0:
                 break
-            if start + n > len(tasks):
-                drawn = fresh_tasks(ctx, used, start + n - len(tasks))
-                if not drawn:
-                    break
-                tasks += drawn
-                n = min(n, len(tasks) - start)
         sched = PathScheduler(ctx, list(tasks[start:start + n]), runner.pool, runner.values,
                               runner.ticks, branching=False, base=base,
                               seed_offset=start * ctx.group_size, after_report=runner.after_report)
