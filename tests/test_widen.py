@@ -40,6 +40,26 @@ def test_widened_model_computes_the_same_function(micro_policy, factor, mlp):
     torch.testing.assert_close(sum(parts), q, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_other_llama_style_decoders_widen_too(arch):
+    """Qwen2 (q/k/v biases) and Llama (with an MLP bias), random weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    if arch == "llama":
+        kw.update(mlp_bias=True, attention_bias=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **kw)).eval()
+    with torch.no_grad():                       # biases are zero at init: make them count
+        for n, p in model.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0, 0.1)
+    assert any(n.endswith(".bias") for n, _ in model.named_parameters())
+    wide = widen(model, 2, noise=0.05)
+    assert check_widened(model, wide, _ids(model)) < 1e-5
+
+
 def test_without_noise_the_copies_stay_equal_and_a_bad_factor_is_refused(micro_policy):
     model = micro_policy[0]
     wide = widen(model, 2, noise=0.0)

@@ -2,7 +2,8 @@
 starts from what the policy already reads (`agentrl widen`, then `model.critic_path`).
 
 Function-preserving widening (Net2WiderNet, Chen et al. 2016) of a Llama-style decoder
-(Llama, Qwen2, Qwen3, Mistral: RMSNorm, bias-free q/k/v/o and gate/up/down projections):
+(Llama, Qwen2, Qwen3, Mistral: RMSNorm, q/k/v/o and gate/up/down projections, with or without
+biases; a reading projection keeps its bias, a writing one repeats it):
 
 - the residual stream of width h becomes f x h, every unit repeated f times (x' = [x, ..., x]).
   RMSNorm sees the same mean square, so with its weight repeated its output is repeated too;
@@ -52,8 +53,6 @@ def widen(model, factor: int = 2, noise: float = 0.01, widen_mlp: bool = True, s
     if factor < 2:
         raise ValueError(f"widen: factor must be at least 2, got {factor}")
     cfg = model.config
-    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
-        raise ValueError("widen: projections with biases are not supported")
     inner = model.model
     if not all(hasattr(inner.layers[0], a) for a in ("self_attn", "mlp", "input_layernorm",
                                                      "post_attention_layernorm")):
@@ -73,8 +72,15 @@ def widen(model, factor: int = 2, noise: float = 0.01, widen_mlp: bool = True, s
     new = {}
     for name, w in old.items():
         w = w.detach()
-        leaf = name.split(".")[-2] if name.endswith(".weight") else name
-        if name.endswith("embed_tokens.weight"):
+        leaf = name.split(".")[-2] if name.endswith((".weight", ".bias")) else name
+        if name.endswith(".bias"):                  # reads: as it was; writes: repeated
+            if leaf in _READS or (leaf in _MLP_READS and not widen_mlp) or leaf == "lm_head":
+                new[name] = w.clone()
+            elif leaf in ("o_proj", "down_proj") or leaf in _MLP_READS:
+                new[name] = w.repeat(f)
+            else:
+                raise ValueError(f"widen: no rule for parameter '{name}' {tuple(w.shape)}")
+        elif name.endswith("embed_tokens.weight"):
             new[name] = torch.cat([w] * f, dim=1)
         elif leaf in ("input_layernorm", "post_attention_layernorm", "norm"):
             new[name] = w.repeat(f)
