@@ -47,29 +47,12 @@ def _repeat_rows(w: torch.Tensor, f: int) -> torch.Tensor:
     return torch.cat([w] * f, dim=0)
 
 
-def widen(model, factor: int = 2, noise: float = 0.01, widen_mlp: bool = True, seed: int = 0):
-    """A new model whose hidden size (and, with `widen_mlp`, MLP width) is `factor` times
-    `model`'s and whose hidden states are `model`'s repeated `factor` times."""
-    if factor < 2:
-        raise ValueError(f"widen: factor must be at least 2, got {factor}")
-    cfg = model.config
-    inner = model.model
-    if not all(hasattr(inner.layers[0], a) for a in ("self_attn", "mlp", "input_layernorm",
-                                                     "post_attention_layernorm")):
-        raise ValueError(f"widen: {type(model).__name__} is not a Llama-style decoder "
-                         "(self_attn, mlp, input_layernorm, post_attention_layernorm)")
-    f = factor
-    gen = torch.Generator().manual_seed(seed)
-    new_cfg = copy.deepcopy(cfg)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    new_cfg.head_dim = head_dim                     # heads keep their size
-    new_cfg.hidden_size = cfg.hidden_size * f
-    if widen_mlp:
-        new_cfg.intermediate_size = cfg.intermediate_size * f
-    new_cfg.tie_word_embeddings = False
-    wide = type(model)(new_cfg).to(next(model.parameters()).dtype)
+def _widened_weights(model, f: int, noise: float, widen_mlp: bool,
+                     gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Every parameter of the wide model, by name, from `model`'s (the rules of the module
+    docstring)."""
     old = dict(model.named_parameters())
-    new = {}
+    new: dict[str, torch.Tensor] = {}
     for name, w in old.items():
         w = w.detach()
         leaf = name.split(".")[-2] if name.endswith((".weight", ".bias")) else name
@@ -103,6 +86,31 @@ def widen(model, factor: int = 2, noise: float = 0.01, widen_mlp: bool = True, s
     if "lm_head.weight" not in new:                 # tied: the head read the embedding
         emb = next(w for n, w in old.items() if n.endswith("embed_tokens.weight")).detach()
         new["lm_head.weight"] = _split_columns(emb, f, noise, gen)
+    return new
+
+
+def widen(model, factor: int = 2, noise: float = 0.01, widen_mlp: bool = True, seed: int = 0):
+    """A new model whose hidden size (and, with `widen_mlp`, MLP width) is `factor` times
+    `model`'s and whose hidden states are `model`'s repeated `factor` times."""
+    if factor < 2:
+        raise ValueError(f"widen: factor must be at least 2, got {factor}")
+    cfg = model.config
+    inner = model.model
+    if not all(hasattr(inner.layers[0], a) for a in ("self_attn", "mlp", "input_layernorm",
+                                                     "post_attention_layernorm")):
+        raise ValueError(f"widen: {type(model).__name__} is not a Llama-style decoder "
+                         "(self_attn, mlp, input_layernorm, post_attention_layernorm)")
+    f = factor
+    gen = torch.Generator().manual_seed(seed)
+    new_cfg = copy.deepcopy(cfg)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    new_cfg.head_dim = head_dim                     # heads keep their size
+    new_cfg.hidden_size = cfg.hidden_size * f
+    if widen_mlp:
+        new_cfg.intermediate_size = cfg.intermediate_size * f
+    new_cfg.tie_word_embeddings = False
+    wide = type(model)(new_cfg).to(next(model.parameters()).dtype)
+    new = _widened_weights(model, f, noise, widen_mlp, gen)
     missing = set(dict(wide.named_parameters())) - set(new)
     if missing:
         raise ValueError(f"widen: the wide model has parameters with no source: {sorted(missing)}")
