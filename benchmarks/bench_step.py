@@ -9,8 +9,10 @@ commit with the same loop structure can be measured by the same script:
   decode forwards (every fed row one token), prefills (prompts, observations, refeeds:
   forwards with a longer chunk), forks (KV cache copies), critic values at tree nodes, env
   steps, sampling, the FOCUS planner's bookkeeping, and the rest of the drivers' loops (token
-  bookkeeping, tokenisation of observations, Python); and the mean rows per decode forward (how
-  full the engine is);
+  bookkeeping, tokenisation of observations, Python); the mean rows per decode forward (how
+  full the engine is); and the real share of decode attention: the fed rows' real tokens over
+  the cache columns every computed row attends to (holes left by other rows, and idle rows
+  computed by a dense forward, are the rest);
 - scoring: from `collate` to the start of `update` (batch, scoring pass, preparer, estimator);
 - update: `update` (forward + backward + optimiser step);
 - eval: `evaluate` (the base check at step 0 and the final one);
@@ -156,6 +158,11 @@ def _split_rollout(parts: dict, count: dict) -> None:
         if chunks and max(len(c) for c in chunks) == 1:
             count["decode_forwards"] += 1
             count["decode_rows"] += len(chunks)
+            kv = a[0]                          # the cache before the forward: what it attends
+            computed = a[1] if len(a) == 3 else range(kv.n)
+            fed_rows = [r for r, c in zip(computed, a[-1]) if c]
+            count["decode_attended"] += len(computed) * int(kv.mask.shape[1])
+            count["decode_real"] += int(sum(int(kv.lengths[r]) for r in fed_rows))
             return "decode"
         return "prefill"
 
@@ -232,7 +239,7 @@ def child(args) -> None:
             parts["planner"] += timing["bookkeeping_seconds"]     # wall, one thread: ~CPU
 
     parts = {k: 0.0 for k in ROLLOUT_PARTS}
-    count.update(decode_forwards=0, decode_rows=0)
+    count.update(decode_forwards=0, decode_rows=0, decode_attended=0, decode_real=0)
     _split_rollout(parts, count)
 
     orig_open, orig_collate, orig_update = loop.open_rollouts, loop.collate, loop.update
@@ -290,6 +297,7 @@ def derived(r: dict) -> dict:
         "forwarded tok / generated tok": r.get("forwarded", 0) / max(r["generated"], 1),
         "processed tok / generated tok": r["processed"] / max(r["generated"], 1),
         "rows per decode forward": r.get("decode_rows", 0) / max(r.get("decode_forwards", 0), 1),
+        "real share of decode attention": r.get("decode_real", 0) / max(r.get("decode_attended", 0), 1),
         "peak RSS MB": max(s["peak_mb"] for s in p.values()),
     }
 
