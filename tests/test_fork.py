@@ -174,3 +174,24 @@ def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch):
     poisoned = step()
     assert [e.token_ids for e in poisoned.episodes] == [e.token_ids for e in ref.episodes]
     assert all(math.isfinite(x) for e in poisoned.episodes for x in e.logprobs)
+
+
+def test_compaction_repacks_a_cache_a_quarter_wider_than_its_longest_row(micro_policy):
+    """A decode forward attends every column of the cache, holes too: `compact_rows` repacks
+    once the cache is more than 1.25 times (plus 32 columns) as wide as its longest row, and
+    leaves a narrower one alone (packs cost copies)."""
+    from agentrl_cli.rollout.planner import compact_rows
+
+    model, tok, fmt, spec = micro_policy
+    kv = KVBatch(model, 2, fmt.pad_id)
+    kv.extend([list(range(10, 40)), None], only_fed=True)         # rows fed in turn: each
+    kv.extend([None, list(range(40, 70))], only_fed=True)         # feed adds holes to the other
+    kv.extend([list(range(70, 90)), None], only_fed=True)
+    assert kv.mask.shape[1] == 80 <= 5 * 50 // 4 + 32               # longest row 50
+    compact_rows(kv, [], [], share=4)
+    assert kv.mask.shape[1] == 80                                   # within the slack: kept
+    kv.extend([None, list(range(90, 110))], only_fed=True)
+    assert kv.mask.shape[1] == 100 > 5 * 50 // 4 + 32
+    compact_rows(kv, [], [], share=4)
+    assert kv.mask.shape[1] == 50 == int(kv.lengths.max())
+    assert kv.mask.sum(1).tolist() == kv.lengths.tolist() == [50, 50]
