@@ -1,6 +1,6 @@
 """What a KV-cache pack (`KVBatch.pack`, the defragmentation FOCUS's token loop runs when the
 cache is much wider than its longest row) costs, with the column move as shipped
-(`engines/hf.py: _move_columns`: whole head vectors by index_select/index_copy_) and with the
+(`engines/hf.py: _move_columns`: whole head vectors by index_select, one strided copy) and with the
 `torch.gather` over an expanded index it replaced, side by side in one run.
 
     python benchmarks/bench_pack.py [--rows 120] [--steps 40] [--reps 7] [--threads 1]

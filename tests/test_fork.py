@@ -195,3 +195,32 @@ def test_compaction_repacks_a_cache_a_quarter_wider_than_its_longest_row(micro_p
     compact_rows(kv, [], [], share=4)
     assert kv.mask.shape[1] == 50 == int(kv.lengths.max())
     assert kv.mask.sum(1).tolist() == kv.lengths.tolist() == [50, 50]
+
+
+def test_a_pack_within_the_buffers_room_moves_in_place_and_stays_exact(micro_policy, monkeypatch):
+    """A pack whose buffers already have the room it wants moves every row's real columns to
+    the left end of the same buffers (no fresh buffers): the cache must stay exact."""
+    from agentrl_cli.engines import hf
+
+    model, tok, fmt, spec = micro_policy
+    kv = KVBatch(model, 2, fmt.pad_id)
+    seqs = [list(range(10, 30)), list(range(40, 52))]
+    kv.extend([seqs[0], None], only_fed=True)
+    kv.extend([None, seqs[1]], only_fed=True)
+    new = kv.fork(0, 6)                                  # spare rows for forks
+    kv.extend([[1, 2, 3], None, None], only_fed=True)
+    kv.extend([None, [4], []], only_fed=True)
+    want = {0: seqs[0] + [1, 2, 3], 1: seqs[1] + [4], new: seqs[0][:6]}
+    before = [layer._kbuf.data_ptr() for layer in kv.cache.layers]
+    moves = []
+    real_move = hf._move_columns
+    monkeypatch.setattr(hf, "_move_columns",
+                        lambda src, dst, idx, n: (moves.append(src is dst), real_move(src, dst, idx, n)))
+    kv.pack()
+    assert moves and all(moves)                          # every layer moved within its buffers
+    assert [layer._kbuf.data_ptr() for layer in kv.cache.layers] == before
+    assert kv.mask.shape[1] == int(kv.lengths.max())
+    kv.extend([[5], [6], [7]], only_fed=True)
+    for r, s in want.items():
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s + [r + 5]),
+                                   rtol=1e-4, atol=1e-4)
