@@ -174,7 +174,7 @@ def _buffer(like: torch.Tensor, rows: int, cols: int, filled_rows: int, filled_c
 def _move_columns(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor, n: int) -> None:
     """`dst[r, h, j] = src[r, h, idx[r, j]]` for the first `n` rows, every head and column j of
     `idx` [n, W]; `src` and `dst` are contiguous [rows, H, cap, D] buffers, possibly the same
-one (every source value is read before any is written). Done as one
+    one (every source value is read before any is written). Done as one
     index_select of whole head vectors (D values each) from `src` seen as a [rows x H x cap, D]
     table, then one strided copy into `dst`'s first `n` rows and `W` columns: 1.7-2.9x faster
     on a CPU than `torch.gather` over an expanded index, which picks every value separately
@@ -530,25 +530,22 @@ class KVBatch:
                 continue
             g = idx[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             if isinstance(layer, _growing_layer_class()):
-                # straight into new buffers with spare rows and columns: no intermediate copy
-                # for the next forward to adopt. They keep at least the old buffers' room: the
-                # rows grow back after a pack, and a buffer sized to the packed width had to be
-                # regrown (one more copy of the whole cache) within a few dozen tokens
+                # into buffers with spare rows and columns: no intermediate copy for the next
+                # forward to adopt. They keep at least the old buffers' room: the rows grow back
+                # after a pack, and a buffer sized to the packed width had to be regrown (one
+                # more copy of the whole cache) within a few dozen tokens. When the old buffers
+                # are that room the move stays in them (it reads every source before it writes),
+                # so no fresh buffers are allocated and first touched
                 k, v = layer.keys, layer.values
                 old_rows, old_cols = ((layer._kbuf.shape[0], layer._kbuf.shape[2])
                                       if _in_buffers(layer) else (0, 0))
                 rows = max(_with_room(k.shape[0], 8), old_rows)
                 cap = max(_with_room(width, 64), old_cols)
                 if (rows, cap) == (old_rows, old_cols):
-                    # the old buffers are the room: move in place (a row's j-th real column
-                    # sits at or right of column j, and the move reads every source before
-                    # it writes), so no fresh buffers are allocated and first touched
-                    _move_columns(layer._kbuf, layer._kbuf, idx, self.n)
-                    _move_columns(layer._vbuf, layer._vbuf, idx, self.n)
-                    _adopt(layer, layer._kbuf, layer._vbuf, self.n, width)
-                    continue
-                kb = _buffer(k, rows, cap, self.n, width)
-                vb = _buffer(v, rows, cap, self.n, width)
+                    kb, vb = layer._kbuf, layer._vbuf
+                else:
+                    kb = _buffer(k, rows, cap, self.n, width)
+                    vb = _buffer(v, rows, cap, self.n, width)
                 if _in_buffers(layer):
                     _move_columns(layer._kbuf, kb, idx, self.n)
                     _move_columns(layer._vbuf, vb, idx, self.n)
