@@ -194,6 +194,8 @@ class AlgoConfig:
     """FOCUS: most continuations launched from one node running at once."""
     focus_lam: float = 0.0
     """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
+    focus_critic_backup: str = "refined"
+    """FOCUS: what the critic's node targets G_bar back up: refined (each child's V~, the critic's own value mixed in with weight kappa, as in the paper's Eq. 1) | evidence (the same one-step backup with kappa = 0: only the tree's outcomes, so on an unbranched stretch every node's target is the path's reward R and at a branch point the mean over its children; the critic is not regressed toward itself). The policy's credit is unchanged."""
     focus_critic_targets: str = "nodes"
     """FOCUS: where the critic is regressed: nodes (G_bar at each tree node's boundary, as in the paper) | tokens (also every policy token of a segment, on the refined value the segment leads to: V~(s_{k+1}), or R for the last one; PPO's per-token targets on the tree's evidence)."""
 
@@ -331,6 +333,7 @@ _CHOICES = {
     "algo.focus_evidence": ("own", "subtree"),
     "algo.focus_norm": ("tree", "none"),
     "algo.focus_critic_targets": ("nodes", "tokens"),
+    "algo.focus_critic_backup": ("refined", "evidence"),
     "train.old_logprobs": ("auto", "engine", "score"),
 }
 

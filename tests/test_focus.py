@@ -313,6 +313,30 @@ def test_refine_wiring_on_a_hand_tree():
     assert {"v", "n", "cbar", "g", "G_bar", "V_tilde"} <= set(row["nodes"][0])
 
 
+def test_evidence_backup_keeps_the_critic_out_of_its_own_targets():
+    """`algo.focus_critic_backup=evidence` on `_hand_tree`: the critic's node targets back up the
+    tree's outcomes alone (Eq. 1 with kappa = 0), while the policy's values stay refined."""
+    t = _hand_arrays()
+    gamma = 0.9
+    algo = _algo(kappa=1.0, gamma=gamma, focus_critic_backup="evidence")
+    values, targets, vals = path_credit([t], algo, 3)
+    # node 1: its leaves 1 and 0; node 4: its leaf 1; the root: the mean of the two backed up
+    g1, g4 = 0.5, 1.0
+    g0 = gamma * (g1 + g4) / 2
+    assert targets == [[(10, pytest.approx(g0)), (20, pytest.approx(g1))], [], [(22, g4)]]
+    # the critic values move no target: a different critic, the same targets
+    t2 = _hand_arrays()
+    t2.critic = [0.9, 0.1, None, None, 0.7, None]
+    assert path_credit([t2], algo, 3)[1] == targets
+    # while the refined (default) targets do move with it, and the policy's values are unchanged
+    paper = _algo(kappa=1.0, gamma=gamma)
+    assert path_credit([t2], paper, 3)[1] != path_credit([t], paper, 3)[1]
+    assert values == path_credit([t], paper, 3)[0]
+    assert vals[0].V_tilde == refine_tree(t, kappa=1.0, gamma=gamma).V_tilde
+    with pytest.raises(ConfigError, match="focus_critic_backup"):
+        _algo(focus_critic_backup="mc")
+
+
 def test_train_focus_two_steps(tmp_path):
     from agentrl_cli.train.loop import train
 

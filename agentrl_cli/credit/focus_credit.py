@@ -12,7 +12,9 @@ stays in `rollout.tree`). From them, per tree:
   (`path_values`), or the same with the path's own leaf left out (`path_values_loo`);
 - the critic targets: `G_bar` of every non-leaf node, at its boundary position in the episode
   that first reached it (`algo.focus_critic_targets=tokens`: also every policy token of a
-  segment, on the refined value the segment leads to: `with_token_targets`).
+  segment, on the refined value the segment leads to: `with_token_targets`);
+  `algo.focus_critic_backup=evidence` backs them up from the tree's outcomes only (`kappa = 0`
+  in Eq. 1: `target_values`), so the critic is not regressed toward its own values.
 Then over the batch: `A_k = sum_l (gamma lam)^l delta_{k+l}` with `delta_k = (R if k = K-1 else
 gamma V~(s_{k+1})) - V~(s_k)` (`credit.segment_td_advantages`, lam = `algo.focus_lam`),
 broadcast to the policy tokens of segment k. A continuation's inherited segments carry no
@@ -126,9 +128,19 @@ def path_values_loo(tree: FocusTree, vals: TreeValues, path: int, kappa: float,
     return out[::-1]
 
 
+def target_values(tree: FocusTree, vals: TreeValues, algo) -> TreeValues:
+    """The values whose `G_bar` the critic regresses on: the refined values `vals` (the paper's),
+    or with `algo.focus_critic_backup=evidence` Eq. 1 with `kappa = 0`, the one-step backup of
+    the tree's outcomes alone (a node's critic value only where it has no finished child)."""
+    if algo.focus_critic_backup == "evidence":
+        return refine_tree(tree, 0.0, algo.gamma, vals.prior)
+    return vals
+
+
 def path_credit(trees: list[FocusTree], algo, n_paths: int):
     """-> (each path's baseline values [n_paths][K_p] (`algo.focus_baseline`), each path's
-    critic targets [n_paths][(position, G_bar)], the trees' refined values)."""
+    critic targets [n_paths][(position, G_bar)] (`algo.focus_critic_backup`), the trees' refined
+    values)."""
     values: list[list[float]] = [[] for _ in range(n_paths)]
     targets: list[list[tuple[int, float]]] = [[] for _ in range(n_paths)]
     refined = [tree_values(t, algo) for t in trees]
@@ -136,7 +148,7 @@ def path_credit(trees: list[FocusTree], algo, n_paths: int):
         for p in tree.paths:
             values[p] = (path_values_loo(tree, vals, p, algo.kappa, algo.gamma)
                          if algo.focus_baseline == "loo" else path_values(tree, vals, p))
-    for tree, vals in zip(trees, refined):
+    for tree, vals in zip(trees, (target_values(t, v, algo) for t, v in zip(trees, refined))):
         for i, g in enumerate(vals.G_bar):
             if tree.reward[i] is None and g is not None:
                 targets[tree.creator[i]].append((tree.position[i], g))
@@ -227,7 +239,8 @@ def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
 
 @ESTIMATORS.register("focus", reads=("algo.kappa", "algo.gamma", "algo.focus_prior",
                                         "algo.focus_baseline", "algo.focus_lam", "algo.focus_norm",
-                                        "algo.focus_critic_targets", "algo.whiten"))
+                                        "algo.focus_critic_targets", "algo.focus_critic_backup",
+                                        "algo.whiten"))
 def focus_credit(batch, algo) -> Credit:
     """FOCUS credit of a step's batch from its trees (module docstring)."""
     if "focus_trees" not in batch.extras:
@@ -245,4 +258,5 @@ def focus_credit(batch, algo) -> Credit:
     if algo.focus_critic_targets == "tokens":
         returns, value_mask = with_token_targets(returns, value_mask, values, rewards, algo.gamma,
                                                  batch.segment_index, batch.response_mask)
-    return Credit(adv, returns, value_mask, metrics={"focus/critic_mse": critic_mse(trees, refined)})
+    return Credit(adv, returns, value_mask, metrics={"focus/critic_mse": critic_mse(
+        trees, [target_values(t, v, algo) for t, v in zip(trees, refined)])})
