@@ -12,7 +12,10 @@ commit with the same loop structure can be measured by the same script:
   bookkeeping, tokenisation of observations, Python); the mean rows per decode forward (how
   full the engine is); and the real share of decode attention: the fed rows' real tokens over
   the cache columns every computed row attends to (holes left by other rows, and idle rows
-  computed by a dense forward, are the rest);
+  computed by a dense forward, are the rest); the mean context of a decoded token (the fed
+  rows' real tokens: what its attention must read however the cache is laid out); and, for a
+  tree rollout, the share of decode forwards that ran before the step's first continuation
+  (only root paths running: no node has a finished sample to weigh a continuation by yet);
 - scoring: from `collate` to the start of `update` (batch, scoring pass, preparer, estimator);
 - update: `update` (forward + backward + optimiser step);
 - eval: `evaluate` (the base check at step 0 and the final one);
@@ -163,8 +166,21 @@ def _split_rollout(parts: dict, count: dict) -> None:
             fed_rows = [r for r, c in zip(computed, a[-1]) if c]
             count["decode_attended"] += len(computed) * int(kv.mask.shape[1])
             count["decode_real"] += int(sum(int(kv.lengths[r]) for r in fed_rows))
+            if not BRANCHED[0]:
+                BRANCHED[1] += 1               # before this rollout's first continuation
             return "decode"
         return "prefill"
+
+    planner = optional("agentrl_cli.rollout.planner")
+    if planner is not None and hasattr(planner, "FocusPlanner"):
+        branch = planner.FocusPlanner.branch
+
+        def branched(*a, **kw):
+            if IN_ROLLOUT[0] and not BRANCHED[0]:
+                BRANCHED[0] = True
+                count["decode_before_branch"] += BRANCHED[1]
+            return branch(*a, **kw)
+        planner.FocusPlanner.branch = branched
 
     wrap(hf.KVBatch, "_forward", None, kind)
     wrap(hf.KVBatch, "_forward_rows", None, kind)
@@ -182,6 +198,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
 
 
 IN_ROLLOUT = [False]
+BRANCHED = [False, 0]   # this rollout launched a continuation; decode forwards before it
 
 
 def _forwarded(learner, batch, cfg) -> int:
@@ -222,6 +239,7 @@ def child(args) -> None:
         def run(*a, **kw):
             ph.start(name)
             IN_ROLLOUT[0] = name == "rollout"
+            BRANCHED[:] = [False, 0]
             try:
                 out = fn(*a, **kw)
             finally:
@@ -239,7 +257,8 @@ def child(args) -> None:
             parts["planner"] += timing["bookkeeping_seconds"]     # wall, one thread: ~CPU
 
     parts = {k: 0.0 for k in ROLLOUT_PARTS}
-    count.update(decode_forwards=0, decode_rows=0, decode_attended=0, decode_real=0)
+    count.update(decode_forwards=0, decode_rows=0, decode_attended=0, decode_real=0,
+                 decode_before_branch=0)
     _split_rollout(parts, count)
 
     orig_open, orig_collate, orig_update = loop.open_rollouts, loop.collate, loop.update
@@ -287,6 +306,11 @@ def measure(tree: Path, sets: list[str], args, tmp: Path, tag: str, method: str)
     return json.loads(dest.read_text())
 
 
+def ratio(a: float, b: float) -> str:
+    """`a / b` as "1.23x"; "-" where b is 0 (a count the reference arm does not have)."""
+    return f"{a / b:.2f}x" if b else "-"
+
+
 def derived(r: dict) -> dict:
     p = r["phases"]
     learn = p["scoring"]["cpu"] + p["update"]["cpu"]
@@ -298,6 +322,9 @@ def derived(r: dict) -> dict:
         "processed tok / generated tok": r["processed"] / max(r["generated"], 1),
         "rows per decode forward": r.get("decode_rows", 0) / max(r.get("decode_forwards", 0), 1),
         "real share of decode attention": r.get("decode_real", 0) / max(r.get("decode_attended", 0), 1),
+        "mean context of a decoded token": r.get("decode_real", 0) / max(r.get("decode_rows", 0), 1),
+        "decode forwards before the first continuation": (r.get("decode_before_branch", 0)
+                                                          / max(r.get("decode_forwards", 0), 1)),
         "peak RSS MB": max(s["peak_mb"] for s in p.values()),
     }
 
@@ -415,16 +442,16 @@ def main() -> None:
         cur, old = med[name], med[ref]
         print(f"\n{name} / {ref}:")
         if len(methods) > 1:
-            print(f"  {'derived':<30} {name:>10} {ref:>10} {'ratio':>7}")
+            print(f"  {'derived':<46} {name:>10} {ref:>10} {'ratio':>7}")
             for k in cur["derived"]:
                 a, b = cur["derived"][k], old["derived"][k]
-                print(f"  {k:<30} {a:>10.3f} {b:>10.3f} {a / max(b, 1e-9):>6.2f}x")
+                print(f"  {k:<46} {a:>10.3f} {b:>10.3f} {ratio(a, b):>7}")
             continue
         for ph in PHASES:
             print(f"  {ph:<8} CPU {cur[ph]['cpu'] / max(old[ph]['cpu'], 1e-9):.2f}x   "
                   f"peak RSS {cur[ph]['peak_mb'] / max(old[ph]['peak_mb'], 1e-9):.2f}x")
         for k in cur["derived"]:
-            print(f"  {k}: {cur['derived'][k] / max(old['derived'][k], 1e-9):.2f}x")
+            print(f"  {k}: {ratio(cur['derived'][k], old['derived'][k])}")
         d, where = metric_diff(runs[name][0]["metrics"], runs[ref][0]["metrics"])
         print(f"  metrics.jsonl, largest difference: {d:.3g} ({where})")
     if args.json:
