@@ -164,7 +164,11 @@ def _split_rollout(parts: dict, count: dict) -> None:
             kv = a[0]                          # the cache before the forward: what it attends
             computed = a[1] if len(a) == 3 else range(kv.n)
             fed_rows = [r for r, c in zip(computed, a[-1]) if c]
-            count["decode_attended"] += len(computed) * int(kv.mask.shape[1])
+            if getattr(kv, "ragged", False):   # no holes: a forward attends its longest row
+                width = max((int(kv.lengths[r]) for r in computed), default=0)
+            else:
+                width = int(kv.mask.shape[1])
+            count["decode_attended"] += len(computed) * width
             count["decode_real"] += int(sum(int(kv.lengths[r]) for r in fed_rows))
             if not BRANCHED[0]:
                 BRANCHED[1] += 1               # before this rollout's first continuation
@@ -182,9 +186,14 @@ def _split_rollout(parts: dict, count: dict) -> None:
             return branch(*a, **kw)
         planner.FocusPlanner.branch = branched
 
-    wrap(hf.KVBatch, "_forward", None, kind)
-    wrap(hf.KVBatch, "_forward_rows", None, kind)
-    wrap(hf.KVBatch, "fork", "fork")
+    for cls in (hf.KVBatch, getattr(hf, "RaggedKVBatch", None)):    # each layout's own methods
+        if cls is None:
+            continue
+        for name in ("_forward", "_forward_rows"):
+            if name in vars(cls):
+                wrap(cls, name, None, kind)
+        if "fork" in vars(cls):
+            wrap(cls, "fork", "fork")
     for mod in drivers:
         for name in ("head_values", "critic_values"):
             if hasattr(mod, name):

@@ -16,7 +16,7 @@ from agentrl_cli.context import ContextSpec, visible_ids, visible_len, window_in
 from agentrl_cli.context.operators import AFTER_SUMMARY, FREE, STRUCTURED
 from agentrl_cli.context.windows import window_of
 from agentrl_cli.context.workspace import MAX_KEYS, WorkspaceEnv
-from agentrl_cli.engines.hf import HFEngine, KVBatch
+from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.envs.search import SearchSpec
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
@@ -266,7 +266,8 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
     model, _, fmt, _ = micro_policy
     spec = _spec("compaction", 110)
     launched = {"fork": 0, "prefill": 0}
-    real_fork, real_add = KVBatch.fork, KVBatch.add_row
+    batch_cls = type(HFEngine(model, fmt.pad_id).new_batch(0))     # the layout the engine picks
+    real_fork, real_add = batch_cls.fork, batch_cls.add_row
 
     def count_fork(self, *a):
         launched["fork"] += 1
@@ -276,8 +277,8 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
         launched["prefill"] += 1
         return real_add(self, *a)
 
-    monkeypatch.setattr(KVBatch, "fork", count_fork)
-    monkeypatch.setattr(KVBatch, "add_row", count_add)
+    monkeypatch.setattr(batch_cls, "fork", count_fork)
+    monkeypatch.setattr(batch_cls, "add_row", count_add)
     # long enough for three resets per episode, so that rows move on to later windows after
     # the nodes they created (a fork from such a row would see the wrong context)
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, spec, "focus", budget=420, max_tokens=900,

@@ -5,8 +5,12 @@ import math
 
 import torch
 
-from agentrl_cli.engines.hf import KVBatch, sample_rows
+import pytest
+
+from agentrl_cli.engines.hf import KVBatch, RaggedKVBatch, sample_rows
 from agentrl_cli.engines.base import SamplingParams
+
+LAYOUTS = pytest.mark.parametrize("layout", [KVBatch, RaggedKVBatch], ids=["holes", "ragged"])
 
 
 
@@ -25,9 +29,10 @@ def _greedy(model, prefix: list[int], n: int) -> list[int]:
     return out
 
 
-def test_fork_decodes_like_from_scratch(micro_policy):
+@LAYOUTS
+def test_fork_decodes_like_from_scratch(micro_policy, layout):
     model, tok, fmt, spec = micro_policy
-    kv = KVBatch(model, 2, fmt.pad_id)
+    kv = layout(model, 2, fmt.pad_id)
     kv.keep_hidden = True
     a = list(range(10, 40))
     b = list(range(50, 62))
@@ -61,11 +66,12 @@ def test_fork_decodes_like_from_scratch(micro_policy):
                                rtol=1e-4, atol=1e-4)
 
 
-def test_fork_hidden_state_and_keep(micro_policy):
+@LAYOUTS
+def test_fork_hidden_state_and_keep(micro_policy, layout):
     model, tok, fmt, spec = micro_policy
     from agentrl_cli.models.sequences import backbone
 
-    kv = KVBatch(model, 3, fmt.pad_id)
+    kv = layout(model, 3, fmt.pad_id)
     kv.keep_hidden = True
     seqs = [list(range(10, 25)), list(range(30, 34)), list(range(60, 70))]
     kv.extend(seqs)
@@ -124,9 +130,10 @@ def test_pack_removes_holes_exactly(micro_policy):
                                    rtol=1e-4, atol=1e-4)
 
 
-def test_extend_only_fed_rows_is_exact(micro_policy):
+@LAYOUTS
+def test_extend_only_fed_rows_is_exact(micro_policy, layout):
     model, tok, fmt, spec = micro_policy
-    kv = KVBatch(model, 3, fmt.pad_id)
+    kv = layout(model, 3, fmt.pad_id)
     kv.keep_hidden = True
     seqs = [list(range(10, 20)), list(range(30, 33)), list(range(60, 66))]
     kv.extend([seqs[0], None, seqs[2]], only_fed=True)
@@ -147,7 +154,8 @@ def test_extend_only_fed_rows_is_exact(micro_policy):
                                    rtol=1e-4, atol=1e-4)
 
 
-def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch):
+@LAYOUTS
+def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch, layout):
     """KV buffers are allocated uninitialised: every column a row attends to (or holds as a
     masked hole) must be written first. Poisoning fresh buffers with NaN must leave a FOCUS
     step with forks, parked rows, compaction and sub-batch forwards exactly as it was."""
@@ -162,7 +170,10 @@ def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch):
     tasks = spec.tasks("train", 3)
 
     def step():
-        ctx = RolloutContext(hf.HFEngine(model, fmt.pad_id), fmt, spec,
+        engine = hf.HFEngine(model, fmt.pad_id)
+        engine.ragged = layout is RaggedKVBatch
+        assert type(engine.new_batch(0)) is layout
+        ctx = RolloutContext(engine, fmt, spec,
                              SamplingParams(max_new_tokens=8), 3, 512, 3, 0,
                              torch.Generator().manual_seed(0), algo=algo, critic=head)
         return CONTROLLERS.get("focus")(ctx, tasks)
@@ -224,3 +235,57 @@ def test_a_pack_within_the_buffers_room_moves_in_place_and_stays_exact(micro_pol
     for r, s in want.items():
         torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s + [r + 5]),
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_the_engine_picks_the_ragged_layout_for_full_attention_models(micro_policy):
+    from agentrl_cli.engines.hf import HFEngine, ragged_layout_fits
+
+    model, tok, fmt, spec = micro_policy
+    assert ragged_layout_fits(model.config)
+    assert type(HFEngine(model, fmt.pad_id).new_batch(2)) is RaggedKVBatch
+    cfg = model.config.__class__(**{**model.config.to_dict(), "use_sliding_window": True,
+                                    "sliding_window": 8, "max_window_layers": 0,
+                                    "layer_types": ["sliding_attention"] * model.config.num_hidden_layers})
+    assert not ragged_layout_fits(cfg)
+
+
+def test_a_ragged_batch_has_no_holes_and_attends_only_the_fed_rows_columns(micro_policy):
+    """Rows fed at different times: each row's tokens stay in its first columns (the mask is
+    every row's length, no holes, nothing to pack); a forward of some rows shows the model a
+    cache as wide as the longest of them, and every row's logits stay exact."""
+    model, tok, fmt, spec = micro_policy
+    kv = RaggedKVBatch(model, 4, fmt.pad_id)
+    seqs = [list(range(10, 22)), list(range(30, 37)), list(range(60, 75)), list(range(80, 84))]
+    for r in range(4):                                   # each row fed alone
+        kv.extend([seqs[r] if q == r else None for q in range(4)], only_fed=True)
+    assert kv.mask.shape[1] == 15 and kv.mask.sum(1).tolist() == [12, 7, 15, 4]
+    new = kv.fork(2, 9)
+    widths = []
+    real_forward = model.forward
+
+    def spy(*args, **kwargs):
+        widths.append(kwargs["attention_mask"].shape[1])
+        return real_forward(*args, **kwargs)
+
+    model.forward = spy
+    try:
+        kv.extend([[1], None, None, [2], []], only_fed=True)     # rows 0, 3 and the fork
+        kv.extend([None, [5, 6, 7], None, None, None], only_fed=True)
+    finally:
+        model.forward = real_forward
+    # rows 0 and 3 and the fork decode: the longest holds 12 tokens, plus one new column; then
+    # row 1 prefills three tokens after its 7
+    assert widths == [len(seqs[0]) + 1, len(seqs[1]) + 3]
+    want = {0: seqs[0] + [1], 1: seqs[1] + [5, 6, 7], 3: seqs[3] + [2], new: seqs[2][:9]}
+    for r, s in want.items():
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s),
+                                   rtol=1e-5, atol=1e-5)
+        assert kv.tokens[r] == s and int(kv.lengths[r]) == len(s)
+    assert kv.mask.sum(1).tolist() == kv.lengths.tolist()
+    kv.truncate(2, 5)                                    # a context reset: the row is its prefix
+    kv.extend([[3], [4], [8], [9], [11]], only_fed=True)          # every row at once
+    want[2] = seqs[2][:5]
+    for r, s in want.items():
+        nxt = {0: 3, 1: 4, 2: 8, 3: 9, new: 11}[r]
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s + [nxt]),
+                                   rtol=1e-5, atol=1e-5)

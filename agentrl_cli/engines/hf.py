@@ -1,10 +1,17 @@
 """The `hf` engine: batched multi-turn generation with a Hugging Face causal LM on CPU or GPU.
 
-Many episodes decode at once in one `KVBatch`. Each row is one episode; its KV cache is kept
+Many episodes decode at once in one batch. Each row is one episode; its KV cache is kept
 across the episode's turns: an observation is *appended* (prefilled on top of the cache),
-never re-prefilled with the whole history. Rows grow by different amounts, so the batch's cache
-has holes; the 2-D attention mask marks them and explicit position ids count only real tokens,
-which makes every row's logits equal to running that row alone (tested).
+never re-prefilled with the whole history. Explicit position ids count only real tokens, which
+makes every row's logits equal to running that row alone (tested).
+
+Two layouts share one interface. `RaggedKVBatch` (what `HFEngine.new_batch` gives for a model
+of plain full-attention layers) keeps each row's tokens left-aligned in its own first columns:
+no holes, nothing to pack, the mask derived from the rows' lengths; a forward of some rows
+gathers only their first max(their lengths) columns, and a fork copies only its prefix.
+`KVBatch` (models with sliding-window layers, whose cache transformers updates itself) appends
+every forward's columns to every row: rows fed at different times hold each other's columns as
+holes, which the 2-D attention mask marks and `pack` removes.
 
 The last token a row sampled is not fed to the model until the row's next chunk arrives (it is
 prepended to it), so a turn costs no forward pass after its stop token.
@@ -18,9 +25,7 @@ state (after the final norm, the input of the LM head and of a value head) is ke
 The cache is preallocated: each layer's keys and values are views of buffers with spare
 columns (grown by a quarter, at least 64 columns, when full), and a forward writes its new columns
 in place instead of concatenating the whole cache every token. `fork` and `add_row` write the
-new row into a spare row of the buffers (a quarter more rows, at least 8, when full); `pack`
-gathers into fresh buffers that keep the old ones' room, and `keep` replaces a layer's tensors,
-which the next forward adopts into a fresh buffer.
+new row into a spare row of the buffers (a quarter more rows, at least 8, when full).
 """
 from __future__ import annotations
 
@@ -253,7 +258,10 @@ DENSE_SHARE = 0.7   # `extend(only_fed=True)`: the share of rows decoding above 
 
 
 class KVBatch:
-    """`n_rows` growing token sequences sharing one KV cache; a row may sit idle."""
+    """`n_rows` growing token sequences sharing one KV cache; a row may sit idle. Rows fed at
+    different times hold each other's columns as holes (`RaggedKVBatch` keeps none)."""
+
+    ragged = False            # the mask is a stored array (True: derived from `lengths`)
 
     def __init__(self, model, n_rows: int, pad_id: int, device: torch.device | str = "cpu"):
         self.model = model
@@ -261,7 +269,8 @@ class KVBatch:
         self.pad_id = pad_id
         self.device = torch.device(device)
         self.cache = _growing_cache(model.config)
-        self.mask = torch.zeros(n_rows, 0, dtype=torch.long, device=self.device)
+        if not self.ragged:
+            self.mask = torch.zeros(n_rows, 0, dtype=torch.long, device=self.device)
         self.lengths = torch.zeros(n_rows, dtype=torch.long, device=self.device)  # real tokens fed
         self.pending: list[list[int]] = [[] for _ in range(n_rows)]  # sampled, not yet fed
         self.last_logits: torch.Tensor | None = None  # [n_rows, V] next-token logits per row
@@ -594,6 +603,276 @@ class KVBatch:
         return [out_ids[r] for r in rows], [out_lp[r] for r in rows]
 
 
+def _place(dst: torch.Tensor, dst_rows: torch.Tensor, at: torch.Tensor, src: torch.Tensor,
+           src_rows: torch.Tensor, end: int, counts: torch.Tensor) -> None:
+    """`dst[dst_rows[j], :, at[j] + t] = src[src_rows[j], :, end - counts[j] + t]` for
+    t < counts[j]: each row's last `counts[j]` columns before `end` of `src` (the real new tokens
+    of a left-padded chunk), written from column `at[j]` of its row of `dst` (the row's length:
+    `RaggedKVBatch`). All source values are read before any is written."""
+    total = int(counts.sum())
+    if total == 0:
+        return
+    j = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    t = torch.arange(total, device=counts.device) - torch.repeat_interleave(
+        counts.cumsum(0) - counts, counts)
+    vals = src[src_rows[j], :, end - counts[j] + t]          # [total, H, D], a copy
+    dst[dst_rows[j], :, at[j] + t] = vals
+
+
+class RaggedKVBatch(KVBatch):
+    """A `KVBatch` whose rows are left-aligned: row r's tokens sit in columns
+    `[0, lengths[r])` of every layer's buffers, so there are no holes, no pack, and the mask is
+    derived from the lengths (`mask`). A forward of some rows gathers their first
+    max(their lengths) columns only; a fork copies its prefix's columns only.
+
+    A forward works on a view of the rows' columns (all rows: the buffers themselves; some
+    rows: a gathered sub-batch cache) with the new tokens appended after the widest row, as
+    transformers' cache expects; each row's real new tokens are then moved to the columns right
+    after its own tokens (`_place`). Columns past a row's length are never attended (masked),
+    but a masked column must hold finite values (0 x NaN is NaN in the attention's product):
+    every row's columns below the batch's width are written before they count (a forward over
+    all rows writes the new columns of every row; a forward of some rows that widens the batch
+    zeroes the others' new columns; `fork` and `add_row` write the new row's). Needs a cache of
+    plain full-attention layers (`HFEngine.new_batch` checks)."""
+
+    ragged = True
+
+    @property
+    def width(self) -> int:
+        """The longest row: the columns a forward over every row attends."""
+        return int(self.lengths.max()) if self.n else 0
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """[n, width] 1 for each row's tokens (derived from `lengths`)."""
+        cols = torch.arange(self.width, device=self.device)
+        return (cols[None, :] < self.lengths[:, None]).long()
+
+    def _layers(self):
+        """The cache layers that hold buffers."""
+        return [layer for layer in self.cache.layers
+                if getattr(layer, "_kbuf", None) is not None and layer.keys is not None]
+
+    def _views(self) -> None:
+        """Every layer's keys/values: views of its buffers' first n rows and `width` columns."""
+        W = self.width
+        for layer in self._layers():
+            _adopt(layer, layer._kbuf, layer._vbuf, self.n, W)
+
+    def _room(self, rows: int, cols: int) -> None:
+        """Buffers with at least `rows` rows and `cols` columns (grown by a quarter, at least
+        8 rows / 64 columns), the first n rows' first `width` columns kept."""
+        n, W = self.n, self.width
+        for layer in self._layers():
+            kb, vb = layer._kbuf, layer._vbuf
+            if kb.shape[0] >= rows and kb.shape[2] >= cols:
+                continue
+            r = kb.shape[0] if kb.shape[0] >= rows else _with_room(rows, 8)
+            c = kb.shape[2] if kb.shape[2] >= cols else _with_room(cols, 64)
+            nk, nv = _buffer(kb, r, c, n, W), _buffer(vb, r, c, n, W)
+            nk[:n, :, :W] = kb[:n, :, :W]
+            nv[:n, :, :W] = vb[:n, :, :W]
+            layer._kbuf, layer._vbuf = nk, nv
+        self._views()
+
+    @torch.no_grad()
+    def _forward(self, chunks: list[list[int]]) -> None:
+        """Every row, in place: the new columns go after the widest row, then each row's real
+        new tokens move to its own end."""
+        width = max(len(c) for c in chunks)
+        if width == 0:
+            return
+        ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in chunks], dtype=torch.long)
+        new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks],
+                                dtype=torch.long)
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        W = self.width
+        self._room(self.n, W + width)         # transformers writes [W, W + width) in place
+        pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=torch.cat([self.mask, new_mask], dim=1),
+                         position_ids=pos, **cache_arg(self.model, self.cache), use_cache=True,
+                         output_hidden_states=self.keep_hidden)
+        counts = new_mask.sum(1)
+        rows = torch.arange(self.n, device=self.device)
+        for layer in self._layers():
+            _place(layer._kbuf, rows, self.lengths, layer._kbuf, rows, W + width, counts)
+            _place(layer._vbuf, rows, self.lengths, layer._vbuf, rows, W + width, counts)
+        self._keep_outputs(out, rows, new_mask[:, -1].bool())
+        self.lengths += counts
+        self.forward_tokens += int(counts.sum())
+        for r, c in enumerate(chunks):
+            if c:
+                self.tokens[r] += c
+        self._views()
+
+    @torch.no_grad()
+    def _forward_rows(self, rows: list[int], chunks: list[list[int]]) -> None:
+        """Only `rows`: their first max(their lengths) columns gathered into a sub-batch cache,
+        their new tokens placed at their own ends in the batch's buffers."""
+        width = max(len(c) for c in chunks)
+        m = len(rows)
+        ids = torch.full((m, width), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros(m, width, dtype=torch.long)
+        for j, c in enumerate(chunks):
+            ids[j, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            new_mask[j, width - len(c):] = 1
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        lens = self.lengths[idx]
+        Wr = int(lens.max())
+        pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
+        sub = _growing_cache(self.model.config)
+        for layer, sl in zip(self.cache.layers, sub.layers):
+            if Wr and getattr(layer, "_kbuf", None) is not None:
+                kb, vb = layer._kbuf, layer._vbuf
+                sk = kb.new_empty((m, kb.shape[1], Wr + width, kb.shape[3]))
+                sv = vb.new_empty((m, vb.shape[1], Wr + width, vb.shape[3]))
+                torch.index_select(kb[:, :, :Wr], 0, idx, out=sk[:, :, :Wr])
+                torch.index_select(vb[:, :, :Wr], 0, idx, out=sv[:, :, :Wr])
+                sl.lazy_initialization(layer.keys, layer.values)
+                _adopt(sl, sk, sv, m, Wr)
+        old = (torch.arange(Wr, device=self.device)[None, :] < lens[:, None]).long()
+        out = self.model(input_ids=ids, attention_mask=torch.cat([old, new_mask], dim=1),
+                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
+                         logits_to_keep=1, output_hidden_states=self.keep_hidden)
+        counts = new_mask.sum(1)
+        W, W_new = self.width, max(self.width, int((lens + counts).max()))
+        while len(self.cache.layers) < len(sub.layers):  # a cache that never saw a forward
+            self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
+        for layer, sl in zip(self.cache.layers, sub.layers):
+            if getattr(layer, "_kbuf", None) is None or layer.keys is None:
+                layer.lazy_initialization(sl.keys, sl.values)
+                kb = _buffer(sl.keys, _with_room(self.n, 8), _with_room(W_new, 64), 0, 0)
+                vb = _buffer(sl.values, kb.shape[0], kb.shape[2], 0, 0)
+                kb[:self.n, :, :W].zero_()
+                vb[:self.n, :, :W].zero_()
+                _adopt(layer, kb, vb, self.n, W)
+        self._room(self.n, W_new)
+        sub_rows = torch.arange(m, device=self.device)
+        for layer, sl in zip(self.cache.layers, sub.layers):
+            if W_new > W:                      # the batch widens: the other rows' new columns
+                layer._kbuf[:self.n, :, W:W_new].zero_()
+                layer._vbuf[:self.n, :, W:W_new].zero_()
+            _place(layer._kbuf, idx, lens, sl.keys, sub_rows, Wr + width, counts)
+            _place(layer._vbuf, idx, lens, sl.values, sub_rows, Wr + width, counts)
+        self._keep_outputs(out, idx, None)
+        self.lengths[idx] += counts
+        self.forward_tokens += int(counts.sum())
+        for r, c in zip(rows, chunks):
+            self.tokens[r] += c
+        self._views()
+
+    def _keep_outputs(self, out, rows: torch.Tensor, has: torch.Tensor | None) -> None:
+        """Keep the last real logits (and hidden states) of `rows` (`has`: which of them got a
+        real last token; None: all)."""
+        logits = out.logits[:, -1, :]
+        if has is not None:
+            rows, logits = rows[has], logits[has]
+        if self.last_logits is None or self.last_logits.shape[0] != self.n:
+            old, self.last_logits = self.last_logits, torch.full(
+                (self.n, logits.shape[-1]), float("nan"), dtype=logits.dtype, device=self.device)
+            if old is not None:
+                self.last_logits[:old.shape[0]] = old[:self.n]
+        self.last_logits[rows] = logits.to(self.last_logits.dtype)
+        if self.keep_hidden:
+            h = out.hidden_states[-1][:, -1, :]
+            if has is not None:
+                h = h[has]
+            if self.last_hidden is None or self.last_hidden.shape[0] != self.n:
+                old, self.last_hidden = self.last_hidden, torch.full(
+                    (self.n, h.shape[-1]), float("nan"), dtype=h.dtype, device=self.device)
+                if old is not None:
+                    self.last_hidden[:old.shape[0]] = old[:self.n]
+            self.last_hidden[rows] = h.to(self.last_hidden.dtype)
+
+    # ------------------------------------------------------------------ rows: fork, add, keep
+
+    def _new_row(self, src: int | None, cols: int) -> int:
+        """Append a row holding `src`'s first `cols` columns (None: no tokens); its other
+        columns below the width are zeroed (finite: see the class docstring)."""
+        n, W = self.n, self.width
+        self._room(n + 1, W)
+        for layer in self._layers():
+            for buf in (layer._kbuf, layer._vbuf):
+                if src is not None and cols:
+                    buf[n, :, :cols] = buf[src, :, :cols]
+                buf[n, :, cols:W] = 0
+        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(1)])
+        self.pending.append([])
+        self.tokens.append([])
+        if self.last_logits is not None:
+            self.last_logits = torch.cat([self.last_logits,
+                                          self.last_logits.new_full((1, self.last_logits.shape[1]), float("nan"))])
+        if self.last_hidden is not None:
+            self.last_hidden = torch.cat([self.last_hidden,
+                                          self.last_hidden.new_full((1, self.last_hidden.shape[1]), float("nan"))])
+        self.n += 1
+        self._views()
+        return n
+
+    def add_row(self) -> int:
+        return self._new_row(None, 0)
+
+    def fork(self, src_row: int, prefix_len: int) -> int:
+        n_fed = int(self.lengths[src_row])
+        if not 0 <= prefix_len <= n_fed:
+            raise ValueError(f"fork: prefix_len {prefix_len} outside [0, {n_fed}] for row {src_row}")
+        if prefix_len == 0:
+            return self.add_row()
+        keep = prefix_len - 1
+        new = self._new_row(src_row, keep)
+        self.lengths[new] = keep
+        self.tokens[new] = list(self.tokens[src_row][:keep])
+        self.pending[new] = [self.tokens[src_row][keep]]
+        self._views()
+        return new
+
+    fork.__doc__ = KVBatch.fork.__doc__
+
+    def truncate(self, row: int, prefix_len: int) -> None:
+        """Cut row `row` back to its first `prefix_len` real tokens (a context reset): its
+        length drops, the prefix's last token becomes `pending`."""
+        n_fed = int(self.lengths[row])
+        if not 1 <= prefix_len <= n_fed:
+            raise ValueError(f"truncate: prefix_len {prefix_len} outside [1, {n_fed}] for row {row}")
+        keep = prefix_len - 1
+        self.lengths[row] = keep
+        self.pending[row] = [self.tokens[row][keep]]
+        self.tokens[row] = self.tokens[row][:keep]
+        if self.last_logits is not None:
+            self.last_logits[row] = float("nan")
+        if self.last_hidden is not None:
+            self.last_hidden[row] = float("nan")
+        self._views()
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows` (renumbered 0.. in the given order), in the same buffers."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        W = int(self.lengths[idx].max()) if rows else 0
+        for layer in self._layers():
+            for buf in (layer._kbuf, layer._vbuf):
+                buf[:len(rows), :, :W] = buf[idx, :, :W]      # the right side is a copy
+        self.lengths = self.lengths[idx]
+        self.pending = [self.pending[r] for r in rows]
+        self.tokens = [self.tokens[r] for r in rows]
+        if self.last_logits is not None:
+            self.last_logits = self.last_logits[idx]
+        if self.last_hidden is not None:
+            self.last_hidden = self.last_hidden[idx]
+        self.n = len(rows)
+        self._views()
+
+    def pack(self) -> None:
+        """Nothing to defragment: rows are left-aligned."""
+
+
+def ragged_layout_fits(config) -> bool:
+    """Whether `RaggedKVBatch` can hold the model's cache: every layer is a plain
+    full-attention layer (sliding windows keep transformers' own cache update, and the holes
+    layout of `KVBatch`)."""
+    return all(isinstance(layer, _growing_layer_class()) for layer in _growing_cache(config).layers)
+
+
 class HFEngine(Engine):
     """Wraps a policy model for the rollout runner (`new_batch` makes a KVBatch)."""
 
@@ -604,9 +883,14 @@ class HFEngine(Engine):
         self.model = model
         self.pad_id = pad_id
         self.device = torch.device(device)
+        self.ragged: bool | None = None      # the batch layout (None: chosen at the first batch)
 
     def new_batch(self, n_rows: int) -> KVBatch:
-        return KVBatch(self.model, n_rows, self.pad_id, self.device)
+        """A `RaggedKVBatch` when the model's cache layers allow it, else a `KVBatch`."""
+        if self.ragged is None:
+            self.ragged = ragged_layout_fits(self.model.config)
+        cls = RaggedKVBatch if self.ragged else KVBatch
+        return cls(self.model, n_rows, self.pad_id, self.device)
 
     def load_weights(self, weights) -> None:
         """The trainer's model itself (an engine in the trainer's process shares it): nothing to

@@ -161,7 +161,8 @@ def env_snapshot(env) -> Any:
 
 def compact_rows(kv, active: list, parked: list, share: int) -> list:
     """Drop the oldest parked rows (finished paths kept as fork sources) once the KV batch
-    holds more than `2 x max(share, running)` rows; repack the cache when it is more than 1.25
+    holds more than `2 x max(share, running)` rows; in a batch with holes (`engines.hf.KVBatch`;
+    a ragged batch has none) repack the cache when it is more than 1.25
     times as wide as its longest row (plus 32 columns): a decode forward attends every column,
     holes too, and at 1.5 times (plus 64) a FOCUS rollout's decode attention was 48% real
     tokens, at 1.25 57% (`benchmarks/bench_step.py`: 1.06x tokens per CPU-second; 1.125 packed
@@ -175,7 +176,8 @@ def compact_rows(kv, active: list, parked: list, share: int) -> list:
         kv.keep([q.row for q in holders])
         for i, q in enumerate(holders):
             q.row = i
-    if kv.n and kv.mask.shape[1] > 5 * int(kv.lengths.max()) // 4 + 32:
+    holes = kv.n and not getattr(kv, "ragged", False)
+    if holes and kv.mask.shape[1] > 5 * int(kv.lengths.max()) // 4 + 32:
         kv.pack()
     return parked
 
