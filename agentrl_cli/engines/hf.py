@@ -660,14 +660,15 @@ class RaggedKVBatch(KVBatch):
             _adopt(layer, layer._kbuf, layer._vbuf, self.n, W)
 
     def _room(self, rows: int, cols: int) -> None:
-        """Buffers with at least `rows` rows and `cols` columns (grown by a quarter, at least
-        8 rows / 64 columns), the first n rows' first `width` columns kept."""
+        """Buffers with at least `rows` rows and `cols` columns (rows grown by half, at least
+        8: a tree rollout adds a row per continuation; columns by a quarter, at least 64), the
+        first n rows' first `width` columns kept."""
         n, W = self.n, self.width
         for layer in self._layers():
             kb, vb = layer._kbuf, layer._vbuf
             if kb.shape[0] >= rows and kb.shape[2] >= cols:
                 continue
-            r = kb.shape[0] if kb.shape[0] >= rows else _with_room(rows, 8)
+            r = kb.shape[0] if kb.shape[0] >= rows else rows + max(8, rows // 2)
             c = kb.shape[2] if kb.shape[2] >= cols else _with_room(cols, 64)
             nk, nv = _buffer(kb, r, c, n, W), _buffer(vb, r, c, n, W)
             nk[:n, :, :W] = kb[:n, :, :W]

@@ -11,7 +11,6 @@ Also the bases the built-in envs share: `CallEnv` (episode bookkeeping of `searc
 """
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any, Callable
 
@@ -162,13 +161,17 @@ class CallEnv:
         return StepResult(obs, reward, terminated, truncated, info)
 
     def snapshot(self) -> Any:
-        return copy.deepcopy({"task": self.task, "history": self.history, "steps": self.steps,
-                              "terminated": self.terminated, "truncated": self.truncated,
-                              "max_turns": self.max_turns})
+        """The state as an independent copy: each history entry copied (its values are strings,
+        numbers and None), the task shared (a frozen `Task` the env never changes). A FOCUS
+        rollout snapshots every segment-boundary state, and `copy.deepcopy` of the history
+        cost it a tenth of its CPU time."""
+        return {"task": self.task, "history": [dict(h) for h in self.history],
+                "steps": self.steps, "terminated": self.terminated, "truncated": self.truncated,
+                "max_turns": self.max_turns}
 
     def restore(self, state: Any) -> None:
-        s = copy.deepcopy(state)
-        self.task, self.history, self.steps = s["task"], s["history"], s["steps"]
+        s = state
+        self.task, self.history, self.steps = s["task"], [dict(h) for h in s["history"]], s["steps"]
         self.terminated, self.truncated = s["terminated"], s["truncated"]
         self.max_turns = s["max_turns"]
         self._load()

@@ -11,7 +11,6 @@ truncate the episode. The reward is 1.0 when the benchmark's verifier accepts th
 """
 from __future__ import annotations
 
-import copy
 import random
 import string
 from typing import Any
@@ -127,10 +126,10 @@ class QAEnv:
         return StepResult(REMINDER, 0.0, False, self.truncated, info)
 
     def snapshot(self) -> Any:
-        return copy.deepcopy((self.task, self.steps, self.terminated, self.truncated))
+        return (self.task, self.steps, self.terminated, self.truncated)   # a frozen task, scalars
 
     def restore(self, state: Any) -> None:
-        self.task, self.steps, self.terminated, self.truncated = copy.deepcopy(state)
+        self.task, self.steps, self.terminated, self.truncated = state
 
 
 class QASpec:
