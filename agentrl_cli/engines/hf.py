@@ -801,12 +801,8 @@ class RaggedKVBatch(KVBatch):
         self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(1)])
         self.pending.append([])
         self.tokens.append([])
-        if self.last_logits is not None:
-            self.last_logits = torch.cat([self.last_logits,
-                                          self.last_logits.new_full((1, self.last_logits.shape[1]), float("nan"))])
-        if self.last_hidden is not None:
-            self.last_hidden = torch.cat([self.last_hidden,
-                                          self.last_hidden.new_full((1, self.last_hidden.shape[1]), float("nan"))])
+        self.last_logits = _one_more_row(self.last_logits)
+        self.last_hidden = _one_more_row(self.last_hidden)
         self.n += 1
         self._views()
         return n
@@ -865,6 +861,20 @@ class RaggedKVBatch(KVBatch):
 
     def pack(self) -> None:
         """Nothing to defragment: rows are left-aligned."""
+
+
+def _one_more_row(t: torch.Tensor | None) -> torch.Tensor | None:
+    """`t` [n, X] with one more row of NaN, as a view of a buffer with spare rows (a half more,
+    at least 8), so adding a row does not copy the others (a fork per continuation)."""
+    if t is None:
+        return None
+    n = t.shape[0]
+    base = t._base if t._base is not None and t._base.dim() == 2 else None
+    if base is None or base.shape[0] <= n or base.data_ptr() != t.data_ptr():
+        base = t.new_empty((n + 1 + max(8, n // 2), t.shape[1]))
+        base[:n] = t
+    base[n] = float("nan")
+    return base[:n + 1]
 
 
 def ragged_layout_fits(config) -> bool:
