@@ -277,6 +277,7 @@ class KVBatch:
         self.forward_tokens = 0   # real tokens fed (prefill + decode), for throughput reports
         self.tokens: list[list[int]] = [[] for _ in range(n_rows)]  # real tokens fed, per row
         self.keep_hidden = False  # also keep each row's last hidden state (value heads)
+        self.row_hint = 0         # rows the batch expects to hold at once (`RaggedKVBatch` sizes its buffers)
         self.last_hidden: torch.Tensor | None = None  # [n_rows, H] when keep_hidden
 
     @torch.no_grad()
@@ -609,6 +610,9 @@ def _place(dst: torch.Tensor, dst_rows: torch.Tensor, at: torch.Tensor, src: tor
     t < counts[j]: each row's last `counts[j]` columns before `end` of `src` (the real new tokens
     of a left-padded chunk), written from column `at[j]` of its row of `dst` (the row's length:
     `RaggedKVBatch`). All source values are read before any is written."""
+    if bool((counts == 1).all()):           # decoding: one column per row
+        dst[dst_rows, :, at] = src[src_rows, :, end - 1]
+        return
     total = int(counts.sum())
     if total == 0:
         return
@@ -668,7 +672,7 @@ class RaggedKVBatch(KVBatch):
             kb, vb = layer._kbuf, layer._vbuf
             if kb.shape[0] >= rows and kb.shape[2] >= cols:
                 continue
-            r = kb.shape[0] if kb.shape[0] >= rows else rows + max(8, rows // 2)
+            r = kb.shape[0] if kb.shape[0] >= rows else max(rows + max(8, rows // 2), self.row_hint)
             c = kb.shape[2] if kb.shape[2] >= cols else _with_room(cols, 64)
             nk, nv = _buffer(kb, r, c, n, W), _buffer(vb, r, c, n, W)
             nk[:n, :, :W] = kb[:n, :, :W]

@@ -70,6 +70,7 @@ class TokenLoop:
         self.stop = set(fmt.stop_ids)
         self.kv = engine.new_batch(0)
         self.kv.keep_hidden = keep_hidden
+        self.kv.row_hint = 2 * self.share + 1     # running and parked rows (`compact_rows`)
         self.parked: list[LoopPath] = []
         # continuations started (paths given `sources`): by a fork, or by prefilling the prefix
         # because no source row held it any more; and the tokens those prefills fed
