@@ -269,13 +269,14 @@ def test_a_ragged_batch_has_no_holes_and_attends_only_the_fed_rows_columns(micro
 
     model.forward = spy
     try:
-        kv.extend([[1], None, None, [2], []], only_fed=True)     # rows 0, 3 and the fork
+        kv.extend([[1], None, None, None, []], only_fed=True)    # rows 0 and the fork: gathered
         kv.extend([None, [5, 6, 7], None, None, None], only_fed=True)
+        kv.extend([None, None, None, [2], None], only_fed=True)
     finally:
         model.forward = real_forward
-    # rows 0 and 3 and the fork decode: the longest holds 12 tokens, plus one new column; then
-    # row 1 prefills three tokens after its 7
-    assert widths == [len(seqs[0]) + 1, len(seqs[1]) + 3]
+    # row 0 and the fork decode: the longer holds 12 tokens, plus one new column (row 2's 15
+    # are not attended); then row 1 prefills three tokens after its 7, then row 3 decodes
+    assert widths == [len(seqs[0]) + 1, len(seqs[1]) + 3, len(seqs[3]) + 1]
     want = {0: seqs[0] + [1], 1: seqs[1] + [5, 6, 7], 3: seqs[3] + [2], new: seqs[2][:9]}
     for r, s in want.items():
         torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s),
@@ -289,3 +290,84 @@ def test_a_ragged_batch_has_no_holes_and_attends_only_the_fed_rows_columns(micro
         nxt = {0: 3, 1: 4, 2: 8, 3: 9, new: 11}[r]
         torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, s + [nxt]),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_rows_that_fill_their_block_run_in_place_and_swaps_keep_every_row_exact(micro_policy):
+    """Fed rows that fill most of the rows they span run as that block, in place (the others
+    in it computed, not kept): the model sees the block's widest row; `swap` exchanges rows
+    whole. Every row's logits stay exact through both."""
+    from agentrl_cli.engines import hf
+
+    model, tok, fmt, spec = micro_policy
+    kv = RaggedKVBatch(model, 5, fmt.pad_id)
+    seqs = [list(range(10, 14)), list(range(20, 29)), list(range(30, 46)), list(range(50, 56)),
+            list(range(60, 63))]
+    for r in range(5):
+        kv.extend([seqs[r] if q == r else None for q in range(5)], only_fed=True)
+    blocks, widths = [], []
+    real_block, real_forward = hf.RaggedKVBatch._forward_block, model.forward
+
+    def spy_block(self, a, b, rows, chunks):
+        blocks.append((a, b))
+        return real_block(self, a, b, rows, chunks)
+
+    def spy(*args, **kwargs):
+        widths.append(kwargs["attention_mask"].shape[1])
+        return real_forward(*args, **kwargs)
+
+    hf.RaggedKVBatch._forward_block, model.forward = spy_block, spy
+    try:
+        kv.extend([None, [1], None, [2], None], only_fed=True)   # rows 1 and 3 of the block 1..3
+    finally:
+        hf.RaggedKVBatch._forward_block, model.forward = real_block, real_forward
+    assert blocks == [(1, 4)] and widths == [len(seqs[2]) + 1]
+    seqs[1], seqs[3] = seqs[1] + [1], seqs[3] + [2]
+    for r in (1, 3):
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, seqs[r]),
+                                   rtol=1e-5, atol=1e-5)
+    kv.swap(0, 2)
+    kv.swap(2, 4)                                        # rows now hold seqs 2, 1, 4, 3, 0
+    order = [2, 1, 4, 3, 0]
+    assert [kv.tokens[r] for r in range(5)] == [seqs[i] for i in order]
+    kv.extend([[7]] * 5, only_fed=True)
+    for r, i in enumerate(order):
+        torch.testing.assert_close(kv.last_logits[r].float(), _scratch_logits(model, seqs[i] + [7]),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_a_tree_rollout_keeps_its_running_rows_together(micro_policy, monkeypatch):
+    """On a ragged batch the token loop keeps the running paths in the first rows (a started
+    path swaps into a row a finished one left, or after the block), so their forwards run as
+    one block; the step's episodes are those of the gather path (no blocks)."""
+    from agentrl_cli import config
+    from agentrl_cli.engines import hf
+    from agentrl_cli.rollout import token_loop
+    from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
+    from conftest import MICRO, random_value_head
+
+    model, tok, fmt, spec = micro_policy
+    head = random_value_head(model)
+    algo = config.load(method="focus", sets=MICRO + ["algo.focus_roots=1"]).algo
+    tasks = spec.tasks("train", 3)
+
+    def step():
+        ctx = RolloutContext(hf.HFEngine(model, fmt.pad_id), fmt, spec,
+                             SamplingParams(max_new_tokens=8), 3, 512, 3, 0,
+                             torch.Generator().manual_seed(0), algo=algo, critic=head)
+        return CONTROLLERS.get("focus")(ctx, tasks)
+
+    real_tick, seen = token_loop.TokenLoop.tick, []
+
+    def tick(self, running, after_feed=None):
+        rows = {p.row for p in running}                   # the block: running rows, and rows
+        block = set(range(self.front))                    # finished paths left inside it
+        seen.append((rows | self.idle) == block and not rows & self.idle)
+        return real_tick(self, running, after_feed)
+
+    monkeypatch.setattr(token_loop.TokenLoop, "tick", tick)
+    together = step()
+    assert seen and all(seen) and together.extras["metrics"]["focus/continuations"] > 0
+    monkeypatch.setattr(token_loop.TokenLoop, "tick", real_tick)
+    monkeypatch.setattr(hf, "BLOCK_SHARE", 2.0)             # never a block: every sub-batch gathered
+    apart = step()
+    assert [e.token_ids for e in together.episodes] == [e.token_ids for e in apart.episodes]

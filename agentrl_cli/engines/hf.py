@@ -254,6 +254,7 @@ def _growing_cache(config):
     return cache
 
 
+BLOCK_SHARE = 0.6   # `RaggedKVBatch`: the share of a block of rows fed above which the block runs in place
 DENSE_SHARE = 0.7   # `extend(only_fed=True)`: the share of rows decoding above which every row runs
 
 
@@ -713,7 +714,14 @@ class RaggedKVBatch(KVBatch):
     @torch.no_grad()
     def _forward_rows(self, rows: list[int], chunks: list[list[int]]) -> None:
         """Only `rows`: their first max(their lengths) columns gathered into a sub-batch cache,
-        their new tokens placed at their own ends in the batch's buffers."""
+        their new tokens placed at their own ends in the batch's buffers. Rows that fill most
+        of the block of rows they span (`BLOCK_SHARE`) run as that block instead, in place
+        (`_forward_block`: no gather)."""
+        a, b = min(rows), max(rows) + 1
+        if (len(rows) >= BLOCK_SHARE * (b - a) and self._layers()
+                and int(self.lengths[a:b].max()) > 0):
+            self._forward_block(a, b, rows, chunks)
+            return
         width = max(len(c) for c in chunks)
         m = len(rows)
         ids = torch.full((m, width), self.pad_id, dtype=torch.long)
@@ -766,6 +774,67 @@ class RaggedKVBatch(KVBatch):
         for r, c in zip(rows, chunks):
             self.tokens[r] += c
         self._views()
+
+    @torch.no_grad()
+    def _forward_block(self, a: int, b: int, rows: list[int], chunks: list[list[int]]) -> None:
+        """Rows `a..b-1` in place, `rows` fed their chunks and the others nothing (computed,
+        not kept): the block's cache is a view of the batch's buffers, so nothing is gathered;
+        transformers writes the new columns after the block's widest row, and each fed row's
+        real new tokens are then placed at its own end."""
+        span = b - a
+        feed = [[] for _ in range(span)]
+        for r, c in zip(rows, chunks):
+            feed[r - a] = c
+        width = max(len(c) for c in feed)
+        ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in feed], dtype=torch.long)
+        new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in feed],
+                                dtype=torch.long)
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        lens = self.lengths[a:b].clone()
+        Wb = int(lens.max())
+        self._room(self.n, Wb + width)
+        sub = _growing_cache(self.model.config)
+        for layer, sl in zip(self.cache.layers, sub.layers):
+            sl.lazy_initialization(layer.keys, layer.values)
+            _adopt(sl, layer._kbuf[a:b], layer._vbuf[a:b], span, Wb)   # views: written in place
+        pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
+        old = (torch.arange(Wb, device=self.device)[None, :] < lens[:, None]).long()
+        out = self.model(input_ids=ids, attention_mask=torch.cat([old, new_mask], dim=1),
+                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
+                         logits_to_keep=1, output_hidden_states=self.keep_hidden)
+        counts = new_mask.sum(1)
+        W, W_new = self.width, max(self.width, int((lens + counts).max()))
+        block = torch.arange(a, b, device=self.device)
+        for layer in self._layers():
+            for buf in (layer._kbuf, layer._vbuf):
+                if W_new > W:          # the batch widens: the other rows' new columns
+                    buf[:a, :, W:W_new].zero_()
+                    buf[b:self.n, :, W:W_new].zero_()
+                _place(buf, block, lens, buf, block, Wb + width, counts)
+        self._keep_outputs(out, block, new_mask[:, -1].bool())
+        self.lengths[a:b] += counts
+        self.forward_tokens += int(counts.sum())
+        for r, c in zip(rows, chunks):
+            self.tokens[r] += c
+        self._views()
+
+    def swap(self, i: int, j: int) -> None:
+        """Exchange rows i and j (tokens, cache, pending token, last logits and hidden state):
+        a driver keeps its running rows together so that their forwards run as a block."""
+        if i == j:
+            return
+        L = max(int(self.lengths[i]), int(self.lengths[j]))
+        for layer in self._layers():
+            for buf in (layer._kbuf, layer._vbuf):
+                tmp = buf[i, :, :L].clone()
+                buf[i, :, :L] = buf[j, :, :L]
+                buf[j, :, :L] = tmp
+        self.lengths[[i, j]] = self.lengths[[j, i]]
+        self.pending[i], self.pending[j] = self.pending[j], self.pending[i]
+        self.tokens[i], self.tokens[j] = self.tokens[j], self.tokens[i]
+        for t in (self.last_logits, self.last_hidden):
+            if t is not None:
+                t[[i, j]] = t[[j, i]]
 
     def _keep_outputs(self, out, rows: torch.Tensor, has: torch.Tensor | None) -> None:
         """Keep the last real logits (and hidden states) of `rows` (`has`: which of them got a

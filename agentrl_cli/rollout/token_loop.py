@@ -72,6 +72,14 @@ class TokenLoop:
         self.kv.keep_hidden = keep_hidden
         self.kv.row_hint = 2 * self.share + 1     # running and parked rows (`compact_rows`)
         self.parked: list[LoopPath] = []
+        # a ragged batch keeps the running paths' rows together, in rows [0, front), so that
+        # their forwards run as one block in place instead of gathering their cache: a started
+        # path takes the lowest row a finished one left inside the block (`idle`), else the
+        # row after it; the block shrinks when its last row finishes
+        self.together = bool(getattr(self.kv, "ragged", False))
+        self.owner: list[LoopPath | None] = []   # row -> its path
+        self.front = 0
+        self.idle: set[int] = set()              # rows < front that hold parked paths
         # continuations started (paths given `sources`): by a fork, or by prefilling the prefix
         # because no source row held it any more; and the tokens those prefills fed
         self.forked, self.refilled, self.refill_tokens = 0, 0, 0
@@ -92,6 +100,25 @@ class TokenLoop:
             if sources:
                 self.refilled += 1
                 self.refill_tokens += n
+        if self.together:
+            self.owner.append(path)
+            if self.idle:
+                slot = min(self.idle)
+                self.idle.remove(slot)
+            else:
+                slot, self.front = self.front, self.front + 1
+            self._swap(path.row, slot)
+
+    def _swap(self, i: int, j: int) -> None:
+        """Exchange two rows of the batch and of the paths that own them."""
+        if i == j:
+            return
+        self.kv.swap(i, j)
+        pi, pj = self.owner[i], self.owner[j]
+        self.owner[i], self.owner[j] = pj, pi
+        for p, row in ((pi, j), (pj, i)):
+            if p is not None:
+                p.row = row
 
     def tick(self, running: list[LoopPath],
              after_feed: Callable[[], None] | None = None) -> list[TurnEnd]:
@@ -130,6 +157,19 @@ class TokenLoop:
     def park(self, p: LoopPath) -> None:
         """A finished path: its row stays as a fork source until compaction drops it."""
         self.parked.append(p)
+        if self.together:
+            self.idle.add(p.row)
+            while self.front and self.front - 1 in self.idle:
+                self.front -= 1
+                self.idle.remove(self.front)
 
     def compact(self, running: list[LoopPath]) -> None:
+        n = self.kv.n
         self.parked = compact_rows(self.kv, running, self.parked, self.share)
+        if self.together and self.kv.n != n:     # rows dropped and renumbered (order kept)
+            self.owner = [None] * self.kv.n
+            for q in running + self.parked:
+                if q.row is not None:
+                    self.owner[q.row] = q
+            self.front = 1 + max((q.row for q in running), default=-1)
+            self.idle = {q.row for q in self.parked if q.row is not None and q.row < self.front}
