@@ -3,7 +3,7 @@
 Both run the same model on the same 32 left-padded prompts (token ids, lengths 60-140) and
 decode the same number of tokens greedily, with no stop token (every row decodes to the end):
 
-- engine: `KVBatch.extend(prompts)` then `KVBatch.generate(..., SamplingParams(greedy=True))`,
+- engine: `extend(prompts)` then `generate(..., SamplingParams(greedy=True))` on the engine's batch,
   which also returns each token's log-prob and keeps per-row bookkeeping (what rollouts use);
 - loop: one prefill forward and one forward per token over transformers' own `DynamicCache`,
   `argmax` of the last logits, explicit position ids (the few lines one would write by hand).
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from agentrl_cli.engines.hf import KVBatch, SamplingParams, cache_arg
+from agentrl_cli.engines.hf import HFEngine, SamplingParams, cache_arg
 from agentrl_cli.models.tiny import TinyRecipe, make_model, tiny_path
 
 
@@ -52,7 +52,7 @@ def make_prompts(rows: int, vocab: int, seed: int = 0) -> list[list[int]]:
 
 
 def run_engine(model, prompts, new_tokens: int, pad_id: int) -> list[list[int]]:
-    batch = KVBatch(model, len(prompts), pad_id)
+    batch = HFEngine(model, pad_id).new_batch(len(prompts))   # the layout the engine picks
     batch.extend(prompts)
     ids, _ = batch.generate(list(range(len(prompts))), SamplingParams(greedy=True,
                             max_new_tokens=new_tokens), stop_ids=())

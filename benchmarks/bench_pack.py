@@ -1,5 +1,6 @@
-"""What a KV-cache pack (`KVBatch.pack`, the defragmentation FOCUS's token loop runs when the
-cache is much wider than its longest row) costs, with the column move as shipped
+"""What a KV-cache pack (`KVBatch.pack`, the defragmentation of the layout with holes, which the
+`hf` engine keeps for models with sliding-window layers, run when the cache is much wider than
+its longest row) costs, with the column move as shipped
 (`engines/hf.py: _move_columns`: whole head vectors by index_select, one strided copy) and with the
 `torch.gather` over an expanded index it replaced, side by side in one run.
 
@@ -43,7 +44,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, _, fmt, _ = load_policy(config.load(), log=lambda s: None)
-    kv = hf.HFEngine(model, fmt.pad_id).new_batch(0)
+    kv = hf.KVBatch(model, 0, fmt.pad_id)            # the layout with holes (sliding-window models)
     gen = torch.Generator().manual_seed(0)
     for _ in range(a.rows):
         kv.add_row()

@@ -165,6 +165,10 @@ def _split_rollout(parts: dict, count: dict) -> None:
             computed = a[1] if len(a) == 3 else range(kv.n)
             fed_rows = [r for r, c in zip(computed, a[-1]) if c]
             if getattr(kv, "ragged", False):   # no holes: a forward attends its longest row
+                if len(a) == 3 and computed:       # fed rows filling their block run as it
+                    lo, hi = min(computed), max(computed) + 1
+                    if len(computed) >= getattr(hf, "BLOCK_SHARE", 2.0) * (hi - lo):
+                        computed = range(lo, hi)
                 width = max((int(kv.lengths[r]) for r in computed), default=0)
             else:
                 width = int(kv.mask.shape[1])
