@@ -264,7 +264,7 @@ def test_a_ragged_batch_has_no_holes_and_attends_only_the_fed_rows_columns(micro
     real_forward = model.forward
 
     def spy(*args, **kwargs):
-        widths.append(kwargs["attention_mask"].shape[1])
+        widths.append(kwargs["attention_mask"].shape[-1])
         return real_forward(*args, **kwargs)
 
     model.forward = spy
@@ -312,7 +312,7 @@ def test_rows_that_fill_their_block_run_in_place_and_swaps_keep_every_row_exact(
         return real_block(self, a, b, rows, chunks)
 
     def spy(*args, **kwargs):
-        widths.append(kwargs["attention_mask"].shape[1])
+        widths.append(kwargs["attention_mask"].shape[-1])
         return real_forward(*args, **kwargs)
 
     hf.RaggedKVBatch._forward_block, model.forward = spy_block, spy

@@ -695,7 +695,7 @@ class RaggedKVBatch(KVBatch):
         W = self.width
         self._room(self.n, W + width)         # transformers writes [W, W + width) in place
         pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=torch.cat([self.mask, new_mask], dim=1),
+        out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, self.mask, new_mask),
                          position_ids=pos, **cache_arg(self.model, self.cache), use_cache=True,
                          output_hidden_states=self.keep_hidden)
         counts = new_mask.sum(1)
@@ -745,7 +745,7 @@ class RaggedKVBatch(KVBatch):
                 sl.lazy_initialization(layer.keys, layer.values)
                 _adopt(sl, sk, sv, m, Wr)
         old = (torch.arange(Wr, device=self.device)[None, :] < lens[:, None]).long()
-        out = self.model(input_ids=ids, attention_mask=torch.cat([old, new_mask], dim=1),
+        out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, old, new_mask),
                          position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
                          logits_to_keep=1, output_hidden_states=self.keep_hidden)
         counts = new_mask.sum(1)
@@ -793,13 +793,16 @@ class RaggedKVBatch(KVBatch):
         lens = self.lengths[a:b].clone()
         Wb = int(lens.max())
         self._room(self.n, Wb + width)
-        sub = _growing_cache(self.model.config)
+        sub = getattr(self, "_block_cache", None)
+        if sub is None:                       # one cache object for every block (views only)
+            sub = self._block_cache = _growing_cache(self.model.config)
         for layer, sl in zip(self.cache.layers, sub.layers):
-            sl.lazy_initialization(layer.keys, layer.values)
+            if not sl.is_initialized:
+                sl.lazy_initialization(layer.keys, layer.values)
             _adopt(sl, layer._kbuf[a:b], layer._vbuf[a:b], span, Wb)   # views: written in place
         pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         old = (torch.arange(Wb, device=self.device)[None, :] < lens[:, None]).long()
-        out = self.model(input_ids=ids, attention_mask=torch.cat([old, new_mask], dim=1),
+        out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, old, new_mask),
                          position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
                          logits_to_keep=1, output_hidden_states=self.keep_hidden)
         counts = new_mask.sum(1)
@@ -934,6 +937,21 @@ class RaggedKVBatch(KVBatch):
 
     def pack(self) -> None:
         """Nothing to defragment: rows are left-aligned."""
+
+
+def _attention_mask(model, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """The mask of a forward over cached columns `old` [m, W] (1: a real token) and new chunks
+    `new` [m, w] (left-padded): 2-D for transformers to expand, or, for `sdpa` attention, the
+    4-D boolean mask [m, 1, w, W + w] itself (transformers uses a 4-D mask as given, which saves
+    building it every forward): every query sees the real cached tokens and the real new ones up
+    to itself, and itself (a pad query then attends something, so its outputs and the K/V it
+    leaves in a masked column stay finite)."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return torch.cat([old, new], dim=1)
+    m, w = new.shape
+    seen = new.bool()[:, None, :] & torch.ones(w, w, dtype=torch.bool, device=new.device).tril()
+    seen |= torch.eye(w, dtype=torch.bool, device=new.device)
+    return torch.cat([old.bool()[:, None, :].expand(m, w, old.shape[1]), seen], dim=2)[:, None]
 
 
 def _one_more_row(t: torch.Tensor | None) -> torch.Tensor | None:
