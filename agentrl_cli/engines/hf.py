@@ -685,14 +685,10 @@ class RaggedKVBatch(KVBatch):
     def _forward(self, chunks: list[list[int]]) -> None:
         """Every row, in place: the new columns go after the widest row, then each row's real
         new tokens move to its own end."""
-        width = max(len(c) for c in chunks)
-        if width == 0:
+        if max(len(c) for c in chunks) == 0:
             return
-        ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in chunks], dtype=torch.long)
-        new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks],
-                                dtype=torch.long)
-        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
-        W = self.width
+        ids, new_mask = self._left_padded(chunks)
+        width, W = ids.shape[1], self.width
         self._room(self.n, W + width)         # transformers writes [W, W + width) in place
         pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, self.mask, new_mask),
@@ -704,12 +700,7 @@ class RaggedKVBatch(KVBatch):
             _place(layer._kbuf, rows, self.lengths, layer._kbuf, rows, W + width, counts)
             _place(layer._vbuf, rows, self.lengths, layer._vbuf, rows, W + width, counts)
         self._keep_outputs(out, rows, new_mask[:, -1].bool())
-        self.lengths += counts
-        self.forward_tokens += int(counts.sum())
-        for r, c in enumerate(chunks):
-            if c:
-                self.tokens[r] += c
-        self._views()
+        self._fed(rows, counts, range(self.n), chunks)
 
     @torch.no_grad()
     def _forward_rows(self, rows: list[int], chunks: list[list[int]]) -> None:
@@ -722,44 +713,20 @@ class RaggedKVBatch(KVBatch):
                 and int(self.lengths[a:b].max()) > 0):
             self._forward_block(a, b, rows, chunks)
             return
-        width = max(len(c) for c in chunks)
-        m = len(rows)
-        ids = torch.full((m, width), self.pad_id, dtype=torch.long)
-        new_mask = torch.zeros(m, width, dtype=torch.long)
-        for j, c in enumerate(chunks):
-            ids[j, width - len(c):] = torch.tensor(c, dtype=torch.long)
-            new_mask[j, width - len(c):] = 1
-        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        ids, new_mask = self._left_padded(chunks)
+        width, m = ids.shape[1], len(rows)
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         lens = self.lengths[idx]
         Wr = int(lens.max())
         pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
-        sub = _growing_cache(self.model.config)
-        for layer, sl in zip(self.cache.layers, sub.layers):
-            if Wr and getattr(layer, "_kbuf", None) is not None:
-                kb, vb = layer._kbuf, layer._vbuf
-                sk = kb.new_empty((m, kb.shape[1], Wr + width, kb.shape[3]))
-                sv = vb.new_empty((m, vb.shape[1], Wr + width, vb.shape[3]))
-                torch.index_select(kb[:, :, :Wr], 0, idx, out=sk[:, :, :Wr])
-                torch.index_select(vb[:, :, :Wr], 0, idx, out=sv[:, :, :Wr])
-                sl.lazy_initialization(layer.keys, layer.values)
-                _adopt(sl, sk, sv, m, Wr)
+        sub = self._gathered(idx, Wr, width)
         old = (torch.arange(Wr, device=self.device)[None, :] < lens[:, None]).long()
         out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, old, new_mask),
                          position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
                          logits_to_keep=1, output_hidden_states=self.keep_hidden)
         counts = new_mask.sum(1)
         W, W_new = self.width, max(self.width, int((lens + counts).max()))
-        while len(self.cache.layers) < len(sub.layers):  # a cache that never saw a forward
-            self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
-        for layer, sl in zip(self.cache.layers, sub.layers):
-            if getattr(layer, "_kbuf", None) is None or layer.keys is None:
-                layer.lazy_initialization(sl.keys, sl.values)
-                kb = _buffer(sl.keys, _with_room(self.n, 8), _with_room(W_new, 64), 0, 0)
-                vb = _buffer(sl.values, kb.shape[0], kb.shape[2], 0, 0)
-                kb[:self.n, :, :W].zero_()
-                vb[:self.n, :, :W].zero_()
-                _adopt(layer, kb, vb, self.n, W)
+        self._first_buffers(sub, W_new)
         self._room(self.n, W_new)
         sub_rows = torch.arange(m, device=self.device)
         for layer, sl in zip(self.cache.layers, sub.layers):
@@ -769,10 +736,51 @@ class RaggedKVBatch(KVBatch):
             _place(layer._kbuf, idx, lens, sl.keys, sub_rows, Wr + width, counts)
             _place(layer._vbuf, idx, lens, sl.values, sub_rows, Wr + width, counts)
         self._keep_outputs(out, idx, None)
+        self._fed(idx, counts, rows, chunks)
+
+    def _left_padded(self, chunks: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, mask) [m, longest chunk]: the chunks left-padded, 1 on their real tokens."""
+        width = max(len(c) for c in chunks)
+        ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in chunks], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], dtype=torch.long)
+        return ids.to(self.device), mask.to(self.device)
+
+    def _gathered(self, idx: torch.Tensor, Wr: int, width: int):
+        """A cache of rows `idx`' first `Wr` columns, with room for `width` new ones."""
+        sub = _growing_cache(self.model.config)
+        for layer, sl in zip(self.cache.layers, sub.layers):
+            if Wr and getattr(layer, "_kbuf", None) is not None:
+                kb, vb = layer._kbuf, layer._vbuf
+                sk = kb.new_empty((idx.numel(), kb.shape[1], Wr + width, kb.shape[3]))
+                sv = vb.new_empty((idx.numel(), vb.shape[1], Wr + width, vb.shape[3]))
+                torch.index_select(kb[:, :, :Wr], 0, idx, out=sk[:, :, :Wr])
+                torch.index_select(vb[:, :, :Wr], 0, idx, out=sv[:, :, :Wr])
+                sl.lazy_initialization(layer.keys, layer.values)
+                _adopt(sl, sk, sv, idx.numel(), Wr)
+        return sub
+
+    def _first_buffers(self, sub, cols: int) -> None:
+        """Buffers for the layers of a cache that never saw a forward (like `sub`'s layers, with
+        room for `cols` columns; its rows' first `width` columns zeroed)."""
+        W = self.width
+        while len(self.cache.layers) < len(sub.layers):
+            self.cache.layers.append(type(sub.layers[len(self.cache.layers)])())
+        for layer, sl in zip(self.cache.layers, sub.layers):
+            if getattr(layer, "_kbuf", None) is None or layer.keys is None:
+                layer.lazy_initialization(sl.keys, sl.values)
+                kb = _buffer(sl.keys, _with_room(self.n, 8), _with_room(cols, 64), 0, 0)
+                vb = _buffer(sl.values, kb.shape[0], kb.shape[2], 0, 0)
+                kb[:self.n, :, :W].zero_()
+                vb[:self.n, :, :W].zero_()
+                _adopt(layer, kb, vb, self.n, W)
+
+    def _fed(self, idx: torch.Tensor, counts: torch.Tensor, rows, chunks) -> None:
+        """Book a forward: rows `idx` got `counts` tokens (`chunks`, fed to `rows`)."""
         self.lengths[idx] += counts
         self.forward_tokens += int(counts.sum())
         for r, c in zip(rows, chunks):
-            self.tokens[r] += c
+            if c:
+                self.tokens[r] += c
         self._views()
 
     @torch.no_grad()
@@ -785,11 +793,8 @@ class RaggedKVBatch(KVBatch):
         feed = [[] for _ in range(span)]
         for r, c in zip(rows, chunks):
             feed[r - a] = c
-        width = max(len(c) for c in feed)
-        ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in feed], dtype=torch.long)
-        new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in feed],
-                                dtype=torch.long)
-        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        ids, new_mask = self._left_padded(feed)
+        width = ids.shape[1]
         lens = self.lengths[a:b].clone()
         Wb = int(lens.max())
         self._room(self.n, Wb + width)
@@ -815,11 +820,7 @@ class RaggedKVBatch(KVBatch):
                     buf[b:self.n, :, W:W_new].zero_()
                 _place(buf, block, lens, buf, block, Wb + width, counts)
         self._keep_outputs(out, block, new_mask[:, -1].bool())
-        self.lengths[a:b] += counts
-        self.forward_tokens += int(counts.sum())
-        for r, c in zip(rows, chunks):
-            self.tokens[r] += c
-        self._views()
+        self._fed(block, counts, rows, chunks)
 
     def swap(self, i: int, j: int) -> None:
         """Exchange rows i and j (tokens, cache, pending token, last logits and hidden state):
