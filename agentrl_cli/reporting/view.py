@@ -22,7 +22,7 @@ from .metrics import read_metrics
 from .traces import pick_steps, read_trace, trace_steps
 
 MAX_TRACES = 12
-MAX_ROWS = 500                    # metrics rows of one run in the report
+MAX_ROWS = 450                    # metrics rows of one run in the report (a FOCUS row is about 1.4 KB)
 MAX_JSON = 1 << 20                # bytes of a summary.json, config.json or ablation.json read
 MAX_METRICS = 64 << 20            # bytes of a metrics.jsonl read
 SWEEP_KEYS = ("eval/success", "eval/success_se", "eval/tokens_per_question", "eval/tool_calls",
