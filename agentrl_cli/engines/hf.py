@@ -466,15 +466,19 @@ class KVBatch:
         if prefix_len == 0:
             return self.add_row()
         keep = prefix_len - 1
-        row_mask = self.mask[src_row].clone()
-        row_mask[row_mask.cumsum(0) > keep] = 0
-        kv = [(layer.keys[src_row:src_row + 1], layer.values[src_row:src_row + 1])
-              if getattr(layer, "keys", None) is not None else None for layer in self.cache.layers]
-        new = self._append_rows(kv, row_mask)
+        new = self._forked_row(src_row, keep)
         self.lengths[new] = keep
         self.tokens[new] = list(self.tokens[src_row][:keep])
         self.pending[new] = [self.tokens[src_row][keep]]
         return new
+
+    def _forked_row(self, src_row: int, keep: int) -> int:
+        """Append a row holding `src_row`'s cache and mask up to its `keep`-th real token."""
+        row_mask = self.mask[src_row].clone()
+        row_mask[row_mask.cumsum(0) > keep] = 0
+        kv = [(layer.keys[src_row:src_row + 1], layer.values[src_row:src_row + 1])
+              if getattr(layer, "keys", None) is not None else None for layer in self.cache.layers]
+        return self._append_rows(kv, row_mask)
 
     def truncate(self, row: int, prefix_len: int) -> None:
         """Cut row `row` back to its first `prefix_len` real tokens, in place (a context reset:
@@ -485,9 +489,10 @@ class KVBatch:
         if not 1 <= prefix_len <= n_fed:
             raise ValueError(f"truncate: prefix_len {prefix_len} outside [1, {n_fed}] for row {row}")
         keep = prefix_len - 1
-        row_mask = self.mask[row].clone()
-        row_mask[row_mask.cumsum(0) > keep] = 0
-        self.mask[row] = row_mask
+        if not self.ragged:                 # a ragged batch's mask follows its lengths
+            row_mask = self.mask[row].clone()
+            row_mask[row_mask.cumsum(0) > keep] = 0
+            self.mask[row] = row_mask
         self.lengths[row] = keep
         self.pending[row] = [self.tokens[row][keep]]
         self.tokens[row] = self.tokens[row][:keep]
@@ -495,6 +500,7 @@ class KVBatch:
             self.last_logits[row] = float("nan")
         if self.last_hidden is not None:
             self.last_hidden[row] = float("nan")
+        self._views()
 
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (renumbered 0.. in the given order) and drop the cache columns that no
@@ -512,6 +518,15 @@ class KVBatch:
                 k, v = k[:, :, col_idx], v[:, :, col_idx]
             layer.keys, layer.values = k.contiguous(), v.contiguous()
         self.mask = mask if all_cols else mask[:, col_idx]
+        self._keep_rows(rows, idx)
+
+    def _views(self) -> None:
+        """Re-point the cache layers at the batch's rows and width (`RaggedKVBatch`; here the
+        layers are the cache itself)."""
+
+    def _keep_rows(self, rows: list[int], idx: torch.Tensor) -> None:
+        """The per-row state of `keep`: lengths, pending and fed tokens, last logits and hidden
+        states of `rows` (`idx` on the device), renumbered 0.. in order."""
         self.lengths = self.lengths[idx]
         self.pending = [self.pending[r] for r in rows]
         self.tokens = [self.tokens[r] for r in rows]
@@ -718,12 +733,8 @@ class RaggedKVBatch(KVBatch):
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         lens = self.lengths[idx]
         Wr = int(lens.max())
-        pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
         sub = self._gathered(idx, Wr, width)
-        old = (torch.arange(Wr, device=self.device)[None, :] < lens[:, None]).long()
-        out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, old, new_mask),
-                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
-                         logits_to_keep=1, output_hidden_states=self.keep_hidden)
+        out = self._model(ids, new_mask, lens, Wr, sub)
         counts = new_mask.sum(1)
         W, W_new = self.width, max(self.width, int((lens + counts).max()))
         self._first_buffers(sub, W_new)
@@ -737,6 +748,16 @@ class RaggedKVBatch(KVBatch):
             _place(layer._vbuf, idx, lens, sl.values, sub_rows, Wr + width, counts)
         self._keep_outputs(out, idx, None)
         self._fed(idx, counts, rows, chunks)
+
+    def _model(self, ids: torch.Tensor, new_mask: torch.Tensor, lens: torch.Tensor, cached: int,
+               cache):
+        """The model over `cache` (rows of lengths `lens`, `cached` columns) and the new chunks,
+        positions after each row's length; the last position's logits."""
+        pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
+        old = (torch.arange(cached, device=self.device)[None, :] < lens[:, None]).long()
+        return self.model(input_ids=ids, attention_mask=_attention_mask(self.model, old, new_mask),
+                          position_ids=pos, **cache_arg(self.model, cache), use_cache=True,
+                          logits_to_keep=1, output_hidden_states=self.keep_hidden)
 
     def _left_padded(self, chunks: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, mask) [m, longest chunk]: the chunks left-padded, 1 on their real tokens."""
@@ -805,11 +826,7 @@ class RaggedKVBatch(KVBatch):
             if not sl.is_initialized:
                 sl.lazy_initialization(layer.keys, layer.values)
             _adopt(sl, layer._kbuf[a:b], layer._vbuf[a:b], span, Wb)   # views: written in place
-        pos = (lens[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
-        old = (torch.arange(Wb, device=self.device)[None, :] < lens[:, None]).long()
-        out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, old, new_mask),
-                         position_ids=pos, **cache_arg(self.model, sub), use_cache=True,
-                         logits_to_keep=1, output_hidden_states=self.keep_hidden)
+        out = self._model(ids, new_mask, lens, Wb, sub)
         counts = new_mask.sum(1)
         W, W_new = self.width, max(self.width, int((lens + counts).max()))
         block = torch.arange(a, b, device=self.device)
@@ -843,25 +860,20 @@ class RaggedKVBatch(KVBatch):
     def _keep_outputs(self, out, rows: torch.Tensor, has: torch.Tensor | None) -> None:
         """Keep the last real logits (and hidden states) of `rows` (`has`: which of them got a
         real last token; None: all)."""
-        logits = out.logits[:, -1, :]
-        if has is not None:
-            rows, logits = rows[has], logits[has]
-        if self.last_logits is None or self.last_logits.shape[0] != self.n:
-            old, self.last_logits = self.last_logits, torch.full(
-                (self.n, logits.shape[-1]), float("nan"), dtype=logits.dtype, device=self.device)
-            if old is not None:
-                self.last_logits[:old.shape[0]] = old[:self.n]
-        self.last_logits[rows] = logits.to(self.last_logits.dtype)
+        outputs = [("last_logits", out.logits[:, -1, :])]
         if self.keep_hidden:
-            h = out.hidden_states[-1][:, -1, :]
+            outputs.append(("last_hidden", out.hidden_states[-1][:, -1, :]))
+        for name, vals in outputs:
             if has is not None:
-                h = h[has]
-            if self.last_hidden is None or self.last_hidden.shape[0] != self.n:
-                old, self.last_hidden = self.last_hidden, torch.full(
-                    (self.n, h.shape[-1]), float("nan"), dtype=h.dtype, device=self.device)
+                vals = vals[has]
+            kept = getattr(self, name)
+            if kept is None or kept.shape[0] != self.n:      # NaN until a row's first forward
+                old, kept = kept, torch.full((self.n, vals.shape[-1]), float("nan"),
+                                             dtype=vals.dtype, device=self.device)
                 if old is not None:
-                    self.last_hidden[:old.shape[0]] = old[:self.n]
-            self.last_hidden[rows] = h.to(self.last_hidden.dtype)
+                    kept[:old.shape[0]] = old[:self.n]
+                setattr(self, name, kept)
+            kept[rows if has is None else rows[has]] = vals.to(kept.dtype)
 
     # ------------------------------------------------------------------ rows: fork, add, keep
 
@@ -887,37 +899,8 @@ class RaggedKVBatch(KVBatch):
     def add_row(self) -> int:
         return self._new_row(None, 0)
 
-    def fork(self, src_row: int, prefix_len: int) -> int:
-        n_fed = int(self.lengths[src_row])
-        if not 0 <= prefix_len <= n_fed:
-            raise ValueError(f"fork: prefix_len {prefix_len} outside [0, {n_fed}] for row {src_row}")
-        if prefix_len == 0:
-            return self.add_row()
-        keep = prefix_len - 1
-        new = self._new_row(src_row, keep)
-        self.lengths[new] = keep
-        self.tokens[new] = list(self.tokens[src_row][:keep])
-        self.pending[new] = [self.tokens[src_row][keep]]
-        self._views()
-        return new
-
-    fork.__doc__ = KVBatch.fork.__doc__
-
-    def truncate(self, row: int, prefix_len: int) -> None:
-        """Cut row `row` back to its first `prefix_len` real tokens (a context reset): its
-        length drops, the prefix's last token becomes `pending`."""
-        n_fed = int(self.lengths[row])
-        if not 1 <= prefix_len <= n_fed:
-            raise ValueError(f"truncate: prefix_len {prefix_len} outside [1, {n_fed}] for row {row}")
-        keep = prefix_len - 1
-        self.lengths[row] = keep
-        self.pending[row] = [self.tokens[row][keep]]
-        self.tokens[row] = self.tokens[row][:keep]
-        if self.last_logits is not None:
-            self.last_logits[row] = float("nan")
-        if self.last_hidden is not None:
-            self.last_hidden[row] = float("nan")
-        self._views()
+    def _forked_row(self, src_row: int, keep: int) -> int:
+        return self._new_row(src_row, keep)
 
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (renumbered 0.. in the given order), in the same buffers."""
@@ -926,14 +909,7 @@ class RaggedKVBatch(KVBatch):
         for layer in self._layers():
             for buf in (layer._kbuf, layer._vbuf):
                 buf[:len(rows), :, :W] = buf[idx, :, :W]      # the right side is a copy
-        self.lengths = self.lengths[idx]
-        self.pending = [self.pending[r] for r in rows]
-        self.tokens = [self.tokens[r] for r in rows]
-        if self.last_logits is not None:
-            self.last_logits = self.last_logits[idx]
-        if self.last_hidden is not None:
-            self.last_hidden = self.last_hidden[idx]
-        self.n = len(rows)
+        self._keep_rows(rows, idx)
         self._views()
 
     def pack(self) -> None:
