@@ -304,7 +304,7 @@ def test_refine_wiring_on_a_hand_tree():
     d0, d1 = gamma * v1 - v0, 1 - v1
     assert adv[0].tolist() == pytest.approx([d0 + gamma * lam * d1, d1])
     # the critic targets: G_bar of each inner node with children, in the episode that made it
-    values, targets, _ = path_credit([t], _algo(kappa=1.0, gamma=gamma), 3)
+    values, targets, _, _ = path_credit([t], _algo(kappa=1.0, gamma=gamma), 3)
     assert values[1] == pytest.approx([v0, v1])
     assert targets == [[(10, pytest.approx(g0)), (20, pytest.approx(0.5))], [], [(22, 1.0)]]
     row = json.loads(json.dumps(_hand_tree().to_json(vals)))
@@ -319,7 +319,7 @@ def test_evidence_backup_keeps_the_critic_out_of_its_own_targets():
     t = _hand_arrays()
     gamma = 0.9
     algo = _algo(kappa=1.0, gamma=gamma, focus_critic_backup="evidence")
-    values, targets, vals = path_credit([t], algo, 3)
+    values, targets, vals, _ = path_credit([t], algo, 3)
     # node 1: its leaves 1 and 0; node 4: its leaf 1; the root: the mean of the two backed up
     g1, g4 = 0.5, 1.0
     g0 = gamma * (g1 + g4) / 2
@@ -512,7 +512,7 @@ def test_leave_one_out_values_keep_a_path_out_of_its_own_baseline():
     assert path_values_loo(t, vals, 0, 1.0, gamma) == pytest.approx(before)
     assert path_values(t, vals, 0) != pytest.approx(before)
     # the estimator's baseline follows algo.focus_baseline
-    loo, _, _ = path_credit([t], _algo(kappa=1.0, gamma=gamma, focus_baseline="loo"), 3)
+    loo, _, _, _ = path_credit([t], _algo(kappa=1.0, gamma=gamma, focus_baseline="loo"), 3)
     assert loo[0] == pytest.approx(before)
 
 
@@ -543,7 +543,7 @@ def test_focus_prior_reaches_the_estimator(micro_policy):
     tasks = micro_policy[3].tasks("train", 2)
     algo = _algo(focus_roots=2, focus_prior="tree")
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
-    values, _, refined = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
+    values, _, refined, _ = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
     moved = False
     for tree, got in zip(res.extras["focus_trees"], refined):
         want = refine_tree(tree, algo.kappa, algo.gamma, prior=tree_prior(tree))
@@ -567,7 +567,7 @@ def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
     for kind in ("refined", "loo"):
         algo = _algo(focus_roots=2, focus_baseline=kind)
         res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
-        values, _, refined = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
+        values, _, refined, _ = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
         for tree, vals in zip(res.extras["focus_trees"], refined):
             for p in tree.paths:
                 assert values[p] == (path_values(tree, vals, p) if kind == "refined" else

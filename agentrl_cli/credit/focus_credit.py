@@ -140,7 +140,7 @@ def target_values(tree: FocusTree, vals: TreeValues, algo) -> TreeValues:
 def path_credit(trees: list[FocusTree], algo, n_paths: int):
     """-> (each path's baseline values [n_paths][K_p] (`algo.focus_baseline`), each path's
     critic targets [n_paths][(position, G_bar)] (`algo.focus_critic_backup`), the trees' refined
-    values)."""
+    values, the values the targets came from (`target_values`: the refined ones by default))."""
     values: list[list[float]] = [[] for _ in range(n_paths)]
     targets: list[list[tuple[int, float]]] = [[] for _ in range(n_paths)]
     refined = [tree_values(t, algo) for t in trees]
@@ -148,11 +148,12 @@ def path_credit(trees: list[FocusTree], algo, n_paths: int):
         for p in tree.paths:
             values[p] = (path_values_loo(tree, vals, p, algo.kappa, algo.gamma)
                          if algo.focus_baseline == "loo" else path_values(tree, vals, p))
-    for tree, vals in zip(trees, (target_values(t, v, algo) for t, v in zip(trees, refined))):
+    backed = [target_values(t, v, algo) for t, v in zip(trees, refined)]
+    for tree, vals in zip(trees, backed):
         for i, g in enumerate(vals.G_bar):
             if tree.reward[i] is None and g is not None:
                 targets[tree.creator[i]].append((tree.position[i], g))
-    return values, targets, refined
+    return values, targets, refined, backed
 
 
 def critic_mse(trees: list[FocusTree], refined: list[TreeValues]) -> float:
@@ -246,7 +247,7 @@ def focus_credit(batch, algo) -> Credit:
     if "focus_trees" not in batch.extras:
         raise ValueError("estimator 'focus' needs search trees from the 'focus' controller")
     trees = batch.extras["focus_trees"]
-    values, targets, refined = path_credit(trees, algo, batch.size)
+    values, targets, _, backed = path_credit(trees, algo, batch.size)
     rewards = batch.rewards.tolist()
     seg = focus_segment_advantages(values, rewards, algo.gamma, algo.focus_lam)
     adv = batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask)
@@ -258,5 +259,4 @@ def focus_credit(batch, algo) -> Credit:
     if algo.focus_critic_targets == "tokens":
         returns, value_mask = with_token_targets(returns, value_mask, values, rewards, algo.gamma,
                                                  batch.segment_index, batch.response_mask)
-    return Credit(adv, returns, value_mask, metrics={"focus/critic_mse": critic_mse(
-        trees, [target_values(t, v, algo) for t, v in zip(trees, refined)])})
+    return Credit(adv, returns, value_mask, metrics={"focus/critic_mse": critic_mse(trees, backed)})

@@ -683,11 +683,13 @@ class RaggedKVBatch(KVBatch):
         """Buffers with at least `rows` rows and `cols` columns (rows grown by half, at least
         8: a tree rollout adds a row per continuation; columns by a quarter, at least 64), the
         first n rows' first `width` columns kept."""
+        grown = [layer for layer in self._layers()
+                 if layer._kbuf.shape[0] < rows or layer._kbuf.shape[2] < cols]
+        if not grown:                         # the views already point at these buffers
+            return
         n, W = self.n, self.width
-        for layer in self._layers():
+        for layer in grown:
             kb, vb = layer._kbuf, layer._vbuf
-            if kb.shape[0] >= rows and kb.shape[2] >= cols:
-                continue
             r = kb.shape[0] if kb.shape[0] >= rows else max(rows + max(8, rows // 2), self.row_hint)
             c = kb.shape[2] if kb.shape[2] >= cols else _with_room(cols, 64)
             nk, nv = _buffer(kb, r, c, n, W), _buffer(vb, r, c, n, W)
@@ -705,10 +707,7 @@ class RaggedKVBatch(KVBatch):
         ids, new_mask = self._left_padded(chunks)
         width, W = ids.shape[1], self.width
         self._room(self.n, W + width)         # transformers writes [W, W + width) in place
-        pos = (self.lengths[:, None] + new_mask.cumsum(1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=_attention_mask(self.model, self.mask, new_mask),
-                         position_ids=pos, **cache_arg(self.model, self.cache), use_cache=True,
-                         output_hidden_states=self.keep_hidden)
+        out = self._model(ids, new_mask, self.lengths, W, self.cache)
         counts = new_mask.sum(1)
         rows = torch.arange(self.n, device=self.device)
         for layer in self._layers():
@@ -866,12 +865,10 @@ class RaggedKVBatch(KVBatch):
         for name, vals in outputs:
             if has is not None:
                 vals = vals[has]
-            kept = getattr(self, name)
-            if kept is None or kept.shape[0] != self.n:      # NaN until a row's first forward
-                old, kept = kept, torch.full((self.n, vals.shape[-1]), float("nan"),
-                                             dtype=vals.dtype, device=self.device)
-                if old is not None:
-                    kept[:old.shape[0]] = old[:self.n]
+            kept = getattr(self, name)    # n rows once it exists (`_new_row`, `keep`)
+            if kept is None:              # NaN until a row's first forward
+                kept = torch.full((self.n, vals.shape[-1]), float("nan"), dtype=vals.dtype,
+                                  device=self.device)
                 setattr(self, name, kept)
             kept[rows if has is None else rows[has]] = vals.to(kept.dtype)
 
