@@ -192,6 +192,8 @@ class AlgoConfig:
     """FOCUS: normalisation of the segment advantages: tree (centred on the task tree's policy tokens and divided by the std of its paths' rewards; 0 in a tree whose paths all got the same reward, as GRPO's group) | none (raw TD residuals of refined values, as in the paper)."""
     focus_max_inflight: int = 2
     """FOCUS: most continuations launched from one node running at once."""
+    focus_min_depth: int = 0
+    """FOCUS: continuations launch only from states at least this many segments below the root (0: from any state, as in the paper). `benchmarks/tree_outcome_info.py` measures at which depths a run's states say something about their outcome beyond the task."""
     focus_lam: float = 0.0
     """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
     focus_critic_backup: str = "refined"
@@ -298,7 +300,7 @@ _NON_NEGATIVE = {
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps", "algo.agg_norm",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
     "train.logprob_chunk", "train.logprob_tolerance", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
-    "train.critic_warmup", "seed", "env.seed",
+    "train.critic_warmup", "seed", "env.seed", "algo.focus_min_depth",
 }
 # Upper bounds on sizes that can only be mistakes (`--set rollout.group_size=1e9` would fail
 # much later with MemoryError); `describe()` (the config reference) lists each with its field.
@@ -309,7 +311,7 @@ _CAPS = {
     "train.eval_samples": 4096, "train.ppo_epochs": 1000, "train.minibatches": 65_536,
     "train.max_tokens_per_microbatch": 2**24, "train.logprob_chunk": 2**24,
     "train.critic_warmup": 10**7, "algo.vine_k": 1024, "algo.trace_k": 1024,
-    "algo.dynamic_rounds": 1000, "algo.focus_roots": 1024, "algo.focus_max_inflight": 1024,
+    "algo.dynamic_rounds": 1000, "algo.focus_roots": 1024, "algo.focus_max_inflight": 1024, "algo.focus_min_depth": 10_000,
     "env.max_turns": 10_000, "env.n_entities": 10**6, "env.n_train": 10**7, "env.n_eval": 10**6,
     "env.min_hops": 100, "env.max_hops": 100, "model.tiny_warmup_steps": 10**7,
     "context.threshold_tokens": 2**20,

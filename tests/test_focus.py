@@ -232,6 +232,30 @@ def test_a_run_that_overshot_its_budget_launches_less(micro_policy):
     assert abs(res3.tokens - 150) <= 3 * 8
 
 
+def test_min_depth_keeps_continuations_below_the_shallow_states(micro_policy):
+    """`algo.focus_min_depth=k` launches continuations only from states k or more segments deep;
+    at 0 the same step launches from the root and the first states too (so the check can fail)."""
+    tasks = micro_policy[3].tasks("train", 2)
+    shares = {}
+    for depth in (0, 2):
+        res = CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_roots=1, focus_min_depth=depth),
+                                            group_size=8, batch_size=4), tasks)
+        m = res.extras["metrics"]
+        assert m["focus/continuations"] > 0
+        shares[depth] = sum(v for k, v in m.items() if k in ("focus/launch_share_depth0",
+                                                               "focus/launch_share_depth1"))
+        launched = [nd.depth for t in res.extras["trees"] for nd in t.nodes if nd.launched]
+        assert launched and (depth == 0 or min(launched) >= depth)
+    assert shares[0] > 0 and shares[2] == 0
+    t = _hand_tree()                             # the shared choice: only node 1's depth is 1
+    for nd in t.nodes:
+        nd.n, nd.resumable = max(nd.n, 1), True
+        nd.g = 0.0 if nd.terminal else 0.1
+    assert planner.pick_continuation([t], planner.ALLOCATORS.get("focus"), None, 2)[1].id == 0
+    assert planner.pick_continuation([t], planner.ALLOCATORS.get("focus"), None, 2, 1)[1].id == 1
+    assert planner.pick_continuation([t], planner.ALLOCATORS.get("focus"), None, 2, 2) is None
+
+
 def test_gains_hand_computed_and_allocator_choice():
     def node(i, v, n, csum, inflight=0, launched=0, reward=None):
         return Node(i, -1 if i == 0 else 0, 0, 10, 0, v=v, n=n, csum=csum, inflight=inflight,

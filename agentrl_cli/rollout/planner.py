@@ -89,7 +89,7 @@ ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("fo
 # What the planner reads of `algo` (the FOCUS controllers, in process and on the path
 # scheduler, declare it where they register): allocation only, credit is `credit.focus_credit`'s
 PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain",
-                 "algo.focus_evidence", "algo.focus_max_inflight", "algo.kappa",
+                 "algo.focus_evidence", "algo.focus_max_inflight", "algo.focus_min_depth", "algo.kappa",
                  "algo.overlong_shaping", "algo.overlong_cache")
 
 
@@ -115,16 +115,19 @@ def _raw_residual(cands: list[Node], rng: random.Random) -> Node:
 
 
 def pick_continuation(trees: list[Tree], allocate: Callable[[list[Node], random.Random], Node | None],
-                      rng: random.Random, max_inflight: int) -> tuple[Tree, Node] | None:
+                      rng: random.Random, max_inflight: int,
+                      min_depth: int = 0) -> tuple[Tree, Node] | None:
     """The allocation decision: the (tree, node) to launch the next continuation from, or None.
 
-    Candidates are non-terminal, resumable nodes with at least one completed own sample and
-    fewer than `max_inflight` of their own continuations running; `allocate` (one of
+    Candidates are non-terminal, resumable nodes at least `min_depth` segments deep
+    (`algo.focus_min_depth`) with at least one completed own sample and fewer than
+    `max_inflight` of their own continuations running; `allocate` (one of
     `ALLOCATORS`) picks among them. Shared with the audit-tree diagnostic (`diagnostics.audit`),
     so both make exactly the same choice from the same tree state.
     """
     cands = [(tree, nd) for tree in trees for nd in tree.nodes
-             if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < max_inflight]
+             if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < max_inflight
+             and nd.depth >= min_depth]
     pick = allocate([nd for _, nd in cands], rng) if cands else None
     if pick is None:
         return None
@@ -300,7 +303,8 @@ class FocusPlanner:
             return
         while free() > 0 and self.budget_left():
             t0 = time.perf_counter()
-            pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight)
+            pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight,
+                                     self.algo.focus_min_depth)
             cost = 0.0 if pick is None else self.price(*pick)
             stop = pick is None or (self.ctx.budget_tokens > 0 and
                                     self.committed() + cost > self.limit)
