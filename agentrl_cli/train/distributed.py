@@ -177,6 +177,9 @@ class DataParallel(Local):
             raise RuntimeError("data-parallel ranks ended with different parameters")
 
     def close(self) -> None:
+        """Every rank reaches the end before any tears its process group down (a rank that
+        destroyed it while another still had traffic in flight aborted at exit with gloo)."""
+        self.dist.barrier()
         self.dist.destroy_process_group()
 
 
