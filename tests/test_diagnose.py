@@ -93,6 +93,23 @@ def test_simulation_bookkeeping_and_incremental_refine(evidence):
     assert curve[-1] == pytest.approx(want)
 
 
+def test_the_audit_honours_the_runs_min_depth():
+    """`algo.focus_min_depth` reaches the audit (`audit_spec`), which then launches only from
+    states that deep; without it the same simulation launches from shallower ones too."""
+    from agentrl_cli import config
+    from agentrl_cli.diagnostics.audit_tree import AuditRequest, audit_spec
+    depths = {}
+    for k in (0, 2):
+        spec = audit_spec(AuditRequest(budget=30, seeds=1),
+                          config.load(sets=[f"algo.focus_min_depth={k}"], method="focus"))
+        assert spec.min_depth == k
+        sim = A.AuditSim(A.SyntheticWorld.make(3, tasks=3, grow=True), A.make_critic("random"),
+                         "focus", spec, seed=0)
+        sim.run()
+        depths[k] = [nd.depth for t in sim.trees for nd in t.nodes if nd.launched]
+    assert depths[2] and min(depths[2]) >= 2 and min(depths[0]) < 2
+
+
 def test_uniform_spreads_evenly_over_the_fixed_audit_tree():
     spec = A.AuditSpec(max_budget=100, seeds=1)
     sim = A.AuditSim(A.SyntheticWorld.make(1), A.make_critic("constant", 0.5), "uniform", spec, seed=0)

@@ -212,6 +212,7 @@ class AuditSpec:
     gamma: float = 1.0
     gain_kind: str = "plugin"
     max_inflight: int = 2         # algo.focus_max_inflight
+    min_depth: int = 0            # algo.focus_min_depth
     capacity: int = 1             # paths running at once (the runner's batch_size)
     constant: float | None = None  # the constant critic's value (None: the tasks' mean true value)
     evidence: str = "own"         # algo.focus_evidence: own | subtree
@@ -358,7 +359,8 @@ class AuditSim:
         launched = 0
         while len(curve) <= spec.max_budget:
             while len(self.active) < spec.capacity and launched < spec.max_budget:
-                pick = pick_continuation(self.trees, self.allocate, self.alloc_rng, spec.max_inflight)
+                pick = pick_continuation(self.trees, self.allocate, self.alloc_rng, spec.max_inflight,
+                                         spec.min_depth)
                 if pick is None:
                     break
                 tree, node = pick

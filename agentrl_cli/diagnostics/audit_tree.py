@@ -53,7 +53,8 @@ def audit_spec(req: AuditRequest, cfg: RunConfig) -> AuditSpec:
                      max_budget=req.budget, roots=req.roots, seeds=req.seeds,
                      kappa=cfg.algo.kappa if req.kappa is None else req.kappa,
                      gamma=cfg.algo.gamma, gain_kind=cfg.algo.focus_gain,
-                     max_inflight=cfg.algo.focus_max_inflight, capacity=req.capacity,
+                     max_inflight=cfg.algo.focus_max_inflight,
+                     min_depth=cfg.algo.focus_min_depth, capacity=req.capacity,
                      constant=const, estimate=req.estimate)
 
 
