@@ -27,6 +27,9 @@ import json
 import statistics
 from pathlib import Path
 
+from agentrl_cli.reporting.metrics import read_metrics
+from agentrl_cli.reporting.traces import read_trace, trace_steps
+
 BUCKETS = ((0, 0, "0 (root only)"), (1, 3, "1-3"), (4, 6, "4-6"), (7, 10**9, "7+"))
 
 
@@ -56,7 +59,7 @@ def tree_pairs(tree: dict) -> tuple[list[tuple[int, float]], float | None]:
 
 def launch_shares(run: Path) -> list[float]:
     """The run's mean share of continuations launched per depth bucket (0 where not logged)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    rows = read_metrics(run / "metrics.jsonl")
     share = [0.0] * len(BUCKETS)
     steps = [r for r in rows if "focus/continuations" in r]
     for r in steps:
@@ -70,8 +73,8 @@ def run_info(run: Path) -> dict:
     """One run's per-bucket pairs, covariance, state share and launch share."""
     prods: list[list[float]] = [[] for _ in BUCKETS]
     variances = []
-    for f in sorted((run / "traces").glob("step-*.json")):
-        for tree in json.loads(f.read_text()).get("trees", []):
+    for f in trace_steps(run).values():
+        for tree in read_trace(f)["trees"]:
             pairs, var = tree_pairs(tree)
             if var is None:
                 continue

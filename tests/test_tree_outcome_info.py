@@ -37,7 +37,7 @@ def _run(tmp: Path, name: str, decided_by_state: bool) -> Path:
     (run / "traces").mkdir(parents=True)
     for step in range(3):
         trees = [_tree(rng, decided_by_state) for _ in range(100)]
-        (run / "traces" / f"step-{step:06d}.json").write_text(json.dumps({"trees": trees}))
+        (run / "traces" / f"step-{step:06d}.json").write_text(json.dumps({"step": step, "trees": trees}))
     rows = [{"step": s, "focus/continuations": 4, "focus/launch_share_depth0": 0.25,
              "focus/launch_share_depth2": 0.25, "focus/launch_share_depth5": 0.5} for s in (1, 2)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
