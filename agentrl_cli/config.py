@@ -196,6 +196,8 @@ class AlgoConfig:
     """FOCUS: continuations launch only from states at least this many segments below the root (0: from any state, as in the paper). `benchmarks/tree_outcome_info.py` measures at which depths a run's states say something about their outcome beyond the task."""
     focus_lam: float = 0.0
     """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
+    focus_return: str = "path"
+    """FOCUS: what a segment's advantage measures its state against: path (the TD(lambda) return of the path that generated it: with lambda 1 its own reward R, as in the paper) | subtree (the evidence-only value of the state the segment leads to, the recursive mean outcome of every sample below it, which is R on a stretch with no branch below; with lambda < 1 mixed with that state's refined value as (1 - lambda) V~ + lambda G). A segment several paths share is trained once, on the path that generated it: subtree gives it every outcome below it instead of that path's one."""
     focus_critic_backup: str = "refined"
     """FOCUS: what the critic's node targets G_bar back up: refined (each child's V~, the critic's own value mixed in with weight kappa, as in the paper's Eq. 1) | evidence (the same one-step backup with kappa = 0: only the tree's outcomes, so on an unbranched stretch every node's target is the path's reward R and at a branch point the mean over its children; the critic is not regressed toward itself). The policy's credit is unchanged."""
     focus_critic_targets: str = "nodes"
@@ -336,6 +338,7 @@ _CHOICES = {
     "algo.focus_norm": ("tree", "none"),
     "algo.focus_critic_targets": ("nodes", "tokens"),
     "algo.focus_critic_backup": ("refined", "evidence"),
+    "algo.focus_return": ("path", "subtree"),
     "train.old_logprobs": ("auto", "engine", "score"),
 }
 

@@ -14,7 +14,8 @@ from agentrl_cli.errors import ConfigError
 from agentrl_cli.credit import focus_gain, refine_values, segment_td_advantages
 from agentrl_cli.credit.estimators import ESTIMATORS
 from agentrl_cli.credit.focus_credit import (FocusTree, focus_segment_advantages, path_credit,
-                                            path_values, path_values_loo, refine_tree,
+                                            path_returns, path_values, path_values_loo,
+                                            refine_tree, segment_returns, subtree_advantages,
                                             tree_prior, tree_values)
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
@@ -579,6 +580,64 @@ def test_focus_prior_reaches_the_estimator(micro_policy):
     assert moved
     with pytest.raises(ConfigError, match="focus_prior"):
         _algo(focus_prior="mean")
+
+
+def test_subtree_return_credits_a_shared_segment_with_every_outcome_below_it():
+    """`algo.focus_return=subtree` on `_hand_arrays`: path 0's first segment leads to node 1,
+    below which paths 0 (R 1) and 1 (R 0) finished, so its target is gamma x 0.5, not its own
+    gamma x R; path 2 has no branch below its first state, so its targets equal the path
+    return's; with lam = 0 it is the one-step TD residual."""
+    t = _hand_arrays()
+    gamma = 0.9
+    vals = refine_tree(t, kappa=1.0, gamma=gamma)
+    evidence = refine_tree(t, kappa=0.0, gamma=gamma)
+    v0, v1, v4 = vals.V_tilde[0], vals.V_tilde[1], vals.V_tilde[4]
+    assert path_returns(t, vals, evidence, 0, 1.0, gamma) == pytest.approx([gamma * 0.5, 1.0])
+    assert path_returns(t, vals, evidence, 1, 1.0, gamma) == pytest.approx([gamma * 0.5, 0.0])
+    base = [path_values(t, vals, p) for p in (0, 1, 2)]
+    got = subtree_advantages(base, [path_returns(t, vals, evidence, p, 1.0, gamma) for p in (0, 1, 2)])
+    want = [[gamma * 0.5 - v0, 1 - v1], [gamma * 0.5 - v0, -v1], [gamma - v0, 1 - v4]]
+    torch.testing.assert_close(got, torch.tensor(want), rtol=0, atol=1e-6)
+    paper = focus_segment_advantages(base, [1.0, 0.0, 1.0], gamma, 1.0)
+    torch.testing.assert_close(got[2], paper[2], rtol=0, atol=1e-6)       # unbranched below
+    assert abs(float(got[0, 0] - paper[0, 0])) > 0.4                       # 0.45 vs 0.9
+    td0 = [path_returns(t, vals, evidence, p, 0.0, gamma) for p in (0, 1, 2)]
+    torch.testing.assert_close(subtree_advantages(base, td0),
+                               focus_segment_advantages(base, [1.0, 0.0, 1.0], gamma, 0.0),
+                               rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError, match="focus_return"):
+        _algo(focus_return="mc")
+
+
+def test_focus_return_subtree_reaches_the_estimator(micro_policy):
+    """The estimator's advantages with `algo.focus_return=subtree` are the trees' subtree
+    targets less the baselines, broadcast to each segment's policy tokens, and differ from the
+    path return's on the same trees (the micro policy's paths get rewards 1, 0, 1, ... here so
+    that the outcomes below a shared state differ)."""
+    model, tok, fmt, spec = micro_policy
+    head = random_value_head(model)
+    algo = _algo(focus_roots=2, focus_lam=1.0)
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=8, batch_size=8,
+                                        critic=head), spec.tasks("train", 3))
+    batch = collate(res.episodes, fmt.pad_id)
+    batch.extras.update(res.extras)
+    trees = res.extras["focus_trees"]
+    for tree in trees:
+        for p, ids in tree.paths.items():
+            tree.reward[ids[-1]] = float(p % 2 == 0)
+            batch.rewards[p] = float(p % 2 == 0)
+    assert any(len(t.paths) > len({ids[1] for ids in t.paths.values()}) for t in trees)  # branched
+    path = ESTIMATORS.get("focus")(batch, algo).advantages
+    sub = _algo(focus_roots=2, focus_lam=1.0, focus_return="subtree")
+    got = ESTIMATORS.get("focus")(batch, sub).advantages
+    values, _, refined, _ = path_credit(trees, sub, batch.size)
+    seg = subtree_advantages(values, segment_returns(trees, refined, sub, batch.size))
+    for b, e in enumerate(res.episodes):
+        for k, turn in enumerate(e.turns):
+            on = batch.response_mask[b, turn.start:turn.end] > 0
+            tok_adv = got[b, turn.start:turn.end][on]
+            assert torch.allclose(tok_adv, torch.full_like(tok_adv, float(seg[b, k])), atol=1e-6)
+    assert not torch.allclose(path, got)
 
 
 def test_focus_baseline_loo_reaches_the_estimator(micro_policy):

@@ -17,7 +17,8 @@ stays in `rollout.tree`). From them, per tree:
   in Eq. 1: `target_values`), so the critic is not regressed toward its own values.
 Then over the batch: `A_k = sum_l (gamma lam)^l delta_{k+l}` with `delta_k = (R if k = K-1 else
 gamma V~(s_{k+1})) - V~(s_k)` (`credit.segment_td_advantages`, lam = `algo.focus_lam`),
-broadcast to the policy tokens of segment k. A continuation's inherited segments carry no
+broadcast to the policy tokens of segment k (`algo.focus_return=subtree`: `A_k = target_k -
+V~(s_k)` with the targets of `path_returns`, every outcome below the state a segment leads to). A continuation's inherited segments carry no
 policy tokens in its episode (response_mask 0), so every segment is trained once.
 `algo.focus_norm=tree` centres a tree's advantages on its policy tokens and divides them by the
 std of its paths' rewards (and zeroes a tree without outcome contrast), the per-task scale
@@ -137,6 +138,29 @@ def target_values(tree: FocusTree, vals: TreeValues, algo) -> TreeValues:
     return vals
 
 
+def path_returns(tree: FocusTree, vals: TreeValues, evidence: TreeValues, path: int,
+                 lam: float, gamma: float) -> list[float]:
+    """`algo.focus_return=subtree`: each segment's target, from the state s_{k+1} it leads to:
+    `(1 - lam) gamma V~(s_{k+1}) + lam gamma G(s_{k+1})`, G the evidence-only value (`evidence`:
+    Eq. 1 with kappa = 0, the recursive mean outcome of the samples below s_{k+1}); the last
+    segment's target is the path's reward R. On a path with no branch below s_{k+1}, G is R's
+    (discounted) value, so with lam = 1 it equals the path return's target."""
+    ids = tree.paths[path]
+    out = [gamma * ((1.0 - lam) * vals.V_tilde[i] + lam * evidence.V_tilde[i]) for i in ids[1:-1]]
+    out.append(float(tree.reward[ids[-1]]))
+    return out
+
+
+def subtree_advantages(values: list[list[float]], returns: list[list[float]]) -> torch.Tensor:
+    """[B, max K] segment advantages `target_k - V(s_k)` (0-padded) of `path_returns`."""
+    width = max((len(v) for v in values), default=0)
+    out = torch.zeros(len(values), width)
+    for b, (v, g) in enumerate(zip(values, returns)):
+        if v:
+            out[b, :len(v)] = torch.tensor(g) - torch.tensor(v)
+    return out
+
+
 def path_credit(trees: list[FocusTree], algo, n_paths: int):
     """-> (each path's baseline values [n_paths][K_p] (`algo.focus_baseline`), each path's
     critic targets [n_paths][(position, G_bar)] (`algo.focus_critic_backup`), the trees' refined
@@ -154,6 +178,17 @@ def path_credit(trees: list[FocusTree], algo, n_paths: int):
             if tree.reward[i] is None and g is not None:
                 targets[tree.creator[i]].append((tree.position[i], g))
     return values, targets, refined, backed
+
+
+def segment_returns(trees: list[FocusTree], refined: list[TreeValues], algo,
+                    n_paths: int) -> list[list[float]]:
+    """Every path's `path_returns` (row p: path p), from the trees' refined values."""
+    out: list[list[float]] = [[] for _ in range(n_paths)]
+    for tree, vals in zip(trees, refined):
+        evidence = refine_tree(tree, 0.0, algo.gamma, vals.prior)
+        for p in tree.paths:
+            out[p] = path_returns(tree, vals, evidence, p, algo.focus_lam, algo.gamma)
+    return out
 
 
 def critic_mse(trees: list[FocusTree], refined: list[TreeValues]) -> float:
@@ -241,15 +276,18 @@ def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
 @ESTIMATORS.register("focus", reads=("algo.kappa", "algo.gamma", "algo.focus_prior",
                                         "algo.focus_baseline", "algo.focus_lam", "algo.focus_norm",
                                         "algo.focus_critic_targets", "algo.focus_critic_backup",
-                                        "algo.whiten"))
+                                        "algo.focus_return", "algo.whiten"))
 def focus_credit(batch, algo) -> Credit:
     """FOCUS credit of a step's batch from its trees (module docstring)."""
     if "focus_trees" not in batch.extras:
         raise ValueError("estimator 'focus' needs search trees from the 'focus' controller")
     trees = batch.extras["focus_trees"]
-    values, targets, _, backed = path_credit(trees, algo, batch.size)
+    values, targets, refined, backed = path_credit(trees, algo, batch.size)
     rewards = batch.rewards.tolist()
-    seg = focus_segment_advantages(values, rewards, algo.gamma, algo.focus_lam)
+    if algo.focus_return == "subtree":
+        seg = subtree_advantages(values, segment_returns(trees, refined, algo, batch.size))
+    else:
+        seg = focus_segment_advantages(values, rewards, algo.gamma, algo.focus_lam)
     adv = batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask)
     if algo.focus_norm == "tree":
         adv = tree_normalize(adv, batch.response_mask, batch.rewards, batch.group_index)
