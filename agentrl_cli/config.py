@@ -198,6 +198,8 @@ class AlgoConfig:
     """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
     focus_return: str = "path"
     """FOCUS: what a segment's advantage measures its state against: path (the TD(lambda) return of the path that generated it: with lambda 1 its own reward R, as in the paper) | subtree (the evidence-only value of the state the segment leads to, the recursive mean outcome of every sample below it, which is R on a stretch with no branch below; with lambda < 1 mixed with that state's refined value as (1 - lambda) V~ + lambda G). A segment several paths share is trained once, on the path that generated it: subtree gives it every outcome below it instead of that path's one."""
+    focus_segment_weight: str = "one"
+    """FOCUS: the weight of a trained segment in the policy loss: one (every segment, as in the paper: a state that got many continuations contributes a gradient term per continuation) | visit (the on-policy share of the segment's start state split among the samples drawn there: the root weighs 1, each child of a state its share over the state's children with a finished path, so every state's actions weigh what an on-policy draw would give it; rescaled per tree to the tree's token count, so the loss keeps its size)."""
     focus_critic_backup: str = "refined"
     """FOCUS: what the critic's node targets G_bar back up: refined (each child's V~, the critic's own value mixed in with weight kappa, as in the paper's Eq. 1) | evidence (the same one-step backup with kappa = 0: only the tree's outcomes, so on an unbranched stretch every node's target is the path's reward R and at a branch point the mean over its children; the critic is not regressed toward itself). The policy's credit is unchanged."""
     focus_critic_targets: str = "nodes"
@@ -339,6 +341,7 @@ _CHOICES = {
     "algo.focus_critic_targets": ("nodes", "tokens"),
     "algo.focus_critic_backup": ("refined", "evidence"),
     "algo.focus_return": ("path", "subtree"),
+    "algo.focus_segment_weight": ("one", "visit"),
     "train.old_logprobs": ("auto", "engine", "score"),
 }
 

@@ -16,7 +16,7 @@ from agentrl_cli.credit.estimators import ESTIMATORS
 from agentrl_cli.credit.focus_credit import (FocusTree, focus_segment_advantages, path_credit,
                                             path_returns, path_values, path_values_loo,
                                             refine_tree, segment_returns, subtree_advantages,
-                                            tree_prior, tree_values)
+                                            tree_prior, tree_values, visit_weights)
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout import focus as focus_mod
@@ -638,6 +638,61 @@ def test_focus_return_subtree_reaches_the_estimator(micro_policy):
             tok_adv = got[b, turn.start:turn.end][on]
             assert torch.allclose(tok_adv, torch.full_like(tok_adv, float(seg[b, k])), atol=1e-6)
     assert not torch.allclose(path, got)
+
+
+def test_visit_weights_split_each_states_share_among_its_samples():
+    """`_hand_arrays`: the root's two children on finished paths get 1/2 each; node 1's two
+    leaves 1/4 each (path 1 branched there); node 4's one leaf keeps its 1/2. Every state's
+    children weigh what the state does."""
+    w = visit_weights(_hand_arrays())
+    assert w == {0: [0.5, 0.25], 1: [0.5, 0.25], 2: [0.5, 0.5]}
+    t = _hand_arrays()       # a continuation from the root: three children share the root's 1
+    t.parent.append(0); t.reward.append(0.0); t.critic.append(None); t.position.append(15)
+    t.creator.append(3); t.paths[3] = [0, 6]
+    assert visit_weights(t)[3] == [pytest.approx(1 / 3)] and visit_weights(t)[0] == pytest.approx([1 / 3, 1 / 6])
+
+
+def test_visit_weighting_reaches_the_estimator(micro_policy):
+    """`algo.focus_segment_weight=visit` multiplies each segment's advantage by its visit weight,
+    rescaled per tree so the tree's policy tokens keep their total weight; the default leaves
+    the advantages as they are."""
+    model, tok, fmt, spec = micro_policy
+    head = random_value_head(model)
+    algo = _algo(focus_roots=2, focus_lam=1.0)
+    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=8, batch_size=8,
+                                        critic=head), spec.tasks("train", 3))
+    batch = collate(res.episodes, fmt.pad_id)
+    batch.extras.update(res.extras)
+    trees = res.extras["focus_trees"]
+    for tree in trees:                       # outcomes 1, 0, 1, ...: non-zero advantages
+        for p, ids in tree.paths.items():
+            tree.reward[ids[-1]] = float(p % 2 == 0)
+            batch.rewards[p] = float(p % 2 == 0)
+    plain = ESTIMATORS.get("focus")(batch, algo).advantages
+    got = ESTIMATORS.get("focus")(batch, _algo(focus_roots=2, focus_lam=1.0,
+                                               focus_segment_weight="visit")).advantages
+    mask = (batch.response_mask > 0) & (batch.segment_index >= 0)
+    moved = False
+    for tree in trees:
+        rows = list(tree.paths)
+        w = visit_weights(tree)
+        factors = []
+        for p in rows:                       # (policy tokens, weight) of each trained segment
+            for k, turn in enumerate(res.episodes[p].turns):
+                on = mask[p, turn.start:turn.end]
+                if on.any():
+                    factors.append((int(on.sum()), w[p][k]))
+        n_tok = sum(n for n, _ in factors)
+        scale = n_tok / sum(n * x for n, x in factors)
+        for p in rows:
+            for k, turn in enumerate(res.episodes[p].turns):
+                on = mask[p, turn.start:turn.end]
+                a, b = got[p, turn.start:turn.end][on], plain[p, turn.start:turn.end][on]
+                torch.testing.assert_close(a, b * w[p][k] * scale, rtol=1e-5, atol=1e-6)
+        moved |= len({x for _, x in factors}) > 1
+    assert moved and not torch.allclose(got, plain)
+    with pytest.raises(ConfigError, match="focus_segment_weight"):
+        _algo(focus_segment_weight="count")
 
 
 def test_focus_baseline_loo_reaches_the_estimator(micro_policy):

@@ -18,8 +18,10 @@ stays in `rollout.tree`). From them, per tree:
 Then over the batch: `A_k = sum_l (gamma lam)^l delta_{k+l}` with `delta_k = (R if k = K-1 else
 gamma V~(s_{k+1})) - V~(s_k)` (`credit.segment_td_advantages`, lam = `algo.focus_lam`),
 broadcast to the policy tokens of segment k (`algo.focus_return=subtree`: `A_k = target_k -
-V~(s_k)` with the targets of `path_returns`, every outcome below the state a segment leads to). A continuation's inherited segments carry no
-policy tokens in its episode (response_mask 0), so every segment is trained once.
+V~(s_k)` with the targets of `path_returns`, every outcome below the state a segment leads to).
+A continuation's inherited segments carry no policy tokens in its episode (response_mask 0), so
+every segment is trained once; `algo.focus_segment_weight=visit` scales each segment's
+advantage by its state's on-policy share (`visit_weights`, `visit_scale`), last.
 `algo.focus_norm=tree` centres a tree's advantages on its policy tokens and divides them by the
 std of its paths' rewards (and zeroes a tree without outcome contrast), the per-task scale
 GRPO's group normalisation gives; `algo.whiten` optionally normalises the advantages over the
@@ -191,6 +193,41 @@ def segment_returns(trees: list[FocusTree], refined: list[TreeValues], algo,
     return out
 
 
+def visit_weights(tree: FocusTree) -> dict[int, list[float]]:
+    """`algo.focus_segment_weight=visit`: per finished path, each segment's weight: the on-policy
+    share of the state it leads to, `w(child) = w(s) / |C(s)|` from `w(root) = 1`, where C(s)
+    are the children of s that lie on a finished path (a segment is one of |C(s)| samples
+    drawn at s, and s is reached with share w(s))."""
+    children: dict[int, set[int]] = {}
+    for ids in tree.paths.values():
+        for a, b in zip(ids, ids[1:]):
+            children.setdefault(a, set()).add(b)
+    share = {0: 1.0}
+    for ids in tree.paths.values():
+        for a, b in zip(ids, ids[1:]):
+            share[b] = share[a] / len(children[a])
+    return {p: [share[i] for i in ids[1:]] for p, ids in tree.paths.items()}
+
+
+def visit_scale(trees: list[FocusTree], shape: tuple[int, int], segment_index: torch.Tensor,
+                response_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] per-token factor of `algo.focus_segment_weight=visit`: each policy token carries
+    its segment's `visit_weights`, rescaled per tree so that the tree's policy tokens keep their
+    total weight (their count)."""
+    seg = torch.zeros(shape)
+    for tree in trees:
+        for p, w in visit_weights(tree).items():
+            seg[p, :len(w)] = torch.tensor(w)
+    tok = batched.broadcast_turn_values(seg, segment_index, response_mask)
+    mask = (response_mask > 0) & (segment_index >= 0)
+    for tree in trees:
+        rows = list(tree.paths)
+        total = float((tok[rows] * mask[rows]).sum())
+        if total > 0:
+            tok[rows] *= float(mask[rows].sum()) / total
+    return tok
+
+
 def critic_mse(trees: list[FocusTree], refined: list[TreeValues]) -> float:
     """Mean `(V(s) - G_bar(s))^2` over the inner nodes with a critic value and a target."""
     err = [(v - g) ** 2 for t, vals in zip(trees, refined)
@@ -276,7 +313,8 @@ def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
 @ESTIMATORS.register("focus", reads=("algo.kappa", "algo.gamma", "algo.focus_prior",
                                         "algo.focus_baseline", "algo.focus_lam", "algo.focus_norm",
                                         "algo.focus_critic_targets", "algo.focus_critic_backup",
-                                        "algo.focus_return", "algo.whiten"))
+                                        "algo.focus_return", "algo.focus_segment_weight",
+                                        "algo.whiten"))
 def focus_credit(batch, algo) -> Credit:
     """FOCUS credit of a step's batch from its trees (module docstring)."""
     if "focus_trees" not in batch.extras:
@@ -293,6 +331,8 @@ def focus_credit(batch, algo) -> Credit:
         adv = tree_normalize(adv, batch.response_mask, batch.rewards, batch.group_index)
     if algo.whiten:
         adv = batched.masked_whiten(adv, batch.response_mask)
+    if algo.focus_segment_weight == "visit":
+        adv = adv * visit_scale(trees, tuple(seg.shape), batch.segment_index, batch.response_mask)
     returns, value_mask = focus_critic_targets(targets, tuple(batch.input_ids.shape))
     if algo.focus_critic_targets == "tokens":
         returns, value_mask = with_token_targets(returns, value_mask, values, rewards, algo.gamma,
