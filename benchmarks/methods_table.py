@@ -3,6 +3,7 @@ each compared with a reference method seed by seed.
 
     python benchmarks/methods_table.py runs/methods               # an `agentrl ablate` folder
     python benchmarks/methods_table.py --reference grpo runs/a runs/b/cells/*/seed-*/
+    python benchmarks/methods_table.py --checks 110-200 runs/a runs/b   # a window of the checks
 
 Columns: the mean of a run's held-out checks after step 0 (mean ± sample std over seeds), the
 final check minus the base (step 0), the paired difference of the mean of checks against the
@@ -11,7 +12,8 @@ verdict it gives (ahead / behind when the difference exceeds its standard error,
 the same paired difference at the last check,
 generated tokens per training step, generated tokens per held-out question at the last check,
 seconds per training step (the step's own time, checks excluded) and the mean standard error
-of one check (task-clustered, when the run logged it).
+of one check (task-clustered, when the run logged it). `--checks LO-HI` takes the mean of
+checks (and its paired difference) over the checks at steps LO to HI only.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def load_run(run: Path) -> dict | None:
-    """A finished run's numbers (None without summary.json)."""
+def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
+    """A finished run's numbers (None without summary.json); the mean of checks over the checks
+    at steps lo..hi (default: every check after step 0)."""
     if not (run / "summary.json").is_file():
         return None
     summary = json.loads((run / "summary.json").read_text())
@@ -34,7 +37,8 @@ def load_run(run: Path) -> dict | None:
     label = run.parent.name if run.name.startswith("seed-") else summary["method"]
     return {"label": label, "seed": summary["seed"], "base": checks[0]["eval/success"],
             "final": checks[last]["eval/success"],
-            "mean_checks": statistics.mean(r["eval/success"] for s, r in checks.items() if s > 0),
+            "mean_checks": statistics.mean(r["eval/success"] for s, r in checks.items()
+                                           if max(lo, 1) <= s <= (hi if hi is not None else s)),
             "tokens_per_step": statistics.mean(r["rollout/tokens"] for r in steps),
             "tpq": checks[last]["eval/tokens_per_question"],
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
@@ -108,8 +112,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders or agentrl ablate folders")
     ap.add_argument("--reference", default="grpo", help="the method every row is paired with")
+    ap.add_argument("--checks", default=None, help="LO-HI: the mean of checks over these steps only")
     args = ap.parse_args()
-    runs = [r for r in (load_run(p) for p in runs_under(args.runs)) if r is not None]
+    lo, hi = (int(x) for x in args.checks.split("-")) if args.checks else (1, None)
+    runs = [r for r in (load_run(p, lo, hi) for p in runs_under(args.runs)) if r is not None]
     if not runs:
         raise SystemExit("no finished runs (summary.json) among the given folders")
     print("\n".join(table(runs, args.reference)))

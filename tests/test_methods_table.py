@@ -100,3 +100,10 @@ def test_tool_calls_table_spans_seeds_and_flags_a_collapse(tmp_path):
     grpo = next(x for x in lines if x.startswith("| `grpo`"))
     assert focus.startswith("| `focus` | 0 | 6.00 | 7.00 | 0.25 | 0.50 | 8.00 / 7.00 | 0.30 / 0.50 | 0.50 | none |")
     assert grpo.startswith("| `grpo` | 0,1 | 8.00 | 4.50 |") and grpo.endswith("| 0 |")
+
+
+def test_a_window_of_checks(tmp_path):
+    run = _run(tmp_path, "grpo", 0, [0.3, 0.4, 0.6, 0.8])
+    assert abs(mt.load_run(run)["mean_checks"] - 0.6) < 1e-12
+    assert abs(mt.load_run(run, 2, 3)["mean_checks"] - 0.7) < 1e-12
+    assert abs(mt.load_run(run, 0, 1)["mean_checks"] - 0.4) < 1e-12      # step 0 is the base, never a check
