@@ -609,16 +609,13 @@ def test_subtree_return_credits_a_shared_segment_with_every_outcome_below_it():
         _algo(focus_return="mc")
 
 
-def test_focus_return_subtree_reaches_the_estimator(micro_policy):
-    """The estimator's advantages with `algo.focus_return=subtree` are the trees' subtree
-    targets less the baselines, broadcast to each segment's policy tokens, and differ from the
-    path return's on the same trees (the micro policy's paths get rewards 1, 0, 1, ... here so
-    that the outcomes below a shared state differ)."""
+def _mixed_outcome_step(micro_policy, algo):
+    """A FOCUS step of the micro policy (3 tasks, 8 paths each) as a training batch, its paths'
+    rewards set to 1, 0, 1, ... (trees and batch alike) so the outcomes below a shared state
+    differ: -> (rollout result, batch, trees)."""
     model, tok, fmt, spec = micro_policy
-    head = random_value_head(model)
-    algo = _algo(focus_roots=2, focus_lam=1.0)
     res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=8, batch_size=8,
-                                        critic=head), spec.tasks("train", 3))
+                                        critic=random_value_head(model)), spec.tasks("train", 3))
     batch = collate(res.episodes, fmt.pad_id)
     batch.extras.update(res.extras)
     trees = res.extras["focus_trees"]
@@ -626,6 +623,16 @@ def test_focus_return_subtree_reaches_the_estimator(micro_policy):
         for p, ids in tree.paths.items():
             tree.reward[ids[-1]] = float(p % 2 == 0)
             batch.rewards[p] = float(p % 2 == 0)
+    return res, batch, trees
+
+
+def test_focus_return_subtree_reaches_the_estimator(micro_policy):
+    """The estimator's advantages with `algo.focus_return=subtree` are the trees' subtree
+    targets less the baselines, broadcast to each segment's policy tokens, and differ from the
+    path return's on the same trees (the micro policy's paths get rewards 1, 0, 1, ... here so
+    that the outcomes below a shared state differ)."""
+    algo = _algo(focus_roots=2, focus_lam=1.0)
+    res, batch, trees = _mixed_outcome_step(micro_policy, algo)
     assert any(len(t.paths) > len({ids[1] for ids in t.paths.values()}) for t in trees)  # branched
     path = ESTIMATORS.get("focus")(batch, algo).advantages
     sub = _algo(focus_roots=2, focus_lam=1.0, focus_return="subtree")
@@ -656,18 +663,8 @@ def test_visit_weighting_reaches_the_estimator(micro_policy):
     """`algo.focus_segment_weight=visit` multiplies each segment's advantage by its visit weight,
     rescaled per tree so the tree's policy tokens keep their total weight; the default leaves
     the advantages as they are."""
-    model, tok, fmt, spec = micro_policy
-    head = random_value_head(model)
     algo = _algo(focus_roots=2, focus_lam=1.0)
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=8, batch_size=8,
-                                        critic=head), spec.tasks("train", 3))
-    batch = collate(res.episodes, fmt.pad_id)
-    batch.extras.update(res.extras)
-    trees = res.extras["focus_trees"]
-    for tree in trees:                       # outcomes 1, 0, 1, ...: non-zero advantages
-        for p, ids in tree.paths.items():
-            tree.reward[ids[-1]] = float(p % 2 == 0)
-            batch.rewards[p] = float(p % 2 == 0)
+    res, batch, trees = _mixed_outcome_step(micro_policy, algo)
     plain = ESTIMATORS.get("focus")(batch, algo).advantages
     got = ESTIMATORS.get("focus")(batch, _algo(focus_roots=2, focus_lam=1.0,
                                                focus_segment_weight="visit")).advantages
