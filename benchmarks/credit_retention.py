@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -58,8 +59,7 @@ def retention(tree: FocusTree, algo) -> list[tuple[int, float]]:
     for leaf in {ids[-1] for ids in tree.paths.values()}:
         reward = list(tree.reward)
         reward[leaf] = float(reward[leaf]) + 1.0
-        shifted = baselines(FocusTree(tree.parent, reward, tree.critic, tree.position,
-                                      tree.creator, tree.paths), algo)
+        shifted = baselines(replace(tree, reward=reward), algo)
         moved[leaf] = {p: [a - b for a, b in zip(shifted[p], base[p])] for p in tree.paths}
     out = []
     for p, ids in tree.paths.items():

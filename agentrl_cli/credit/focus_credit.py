@@ -153,14 +153,18 @@ def path_returns(tree: FocusTree, vals: TreeValues, evidence: TreeValues, path: 
     return out
 
 
+def padded(rows: list[list[float]]) -> torch.Tensor:
+    """[B, max K] the per-path rows, 0-padded on the right."""
+    out = torch.zeros(len(rows), max((len(r) for r in rows), default=0))
+    for b, row in enumerate(rows):
+        if row:
+            out[b, :len(row)] = torch.tensor(row)
+    return out
+
+
 def subtree_advantages(values: list[list[float]], returns: list[list[float]]) -> torch.Tensor:
     """[B, max K] segment advantages `target_k - V(s_k)` (0-padded) of `path_returns`."""
-    width = max((len(v) for v in values), default=0)
-    out = torch.zeros(len(values), width)
-    for b, (v, g) in enumerate(zip(values, returns)):
-        if v:
-            out[b, :len(v)] = torch.tensor(g) - torch.tensor(v)
-    return out
+    return padded(returns) - padded(values)
 
 
 def path_credit(trees: list[FocusTree], algo, n_paths: int):
@@ -239,12 +243,8 @@ def critic_mse(trees: list[FocusTree], refined: list[TreeValues]) -> float:
 def focus_segment_advantages(values: list[list[float]], rewards: list[float], gamma: float,
                              lam: float) -> torch.Tensor:
     """[B, max K] segment advantages (0-padded) from per-episode refined values."""
-    width = max((len(v) for v in values), default=0)
-    out = torch.zeros(len(values), width)
-    for b, (v, r) in enumerate(zip(values, rewards)):
-        if v:
-            out[b, :len(v)] = torch.tensor(segment_td_advantages(v, r, gamma, lam))
-    return out
+    return padded([segment_td_advantages(v, r, gamma, lam) if v else []
+                   for v, r in zip(values, rewards)])
 
 
 def focus_critic_targets(targets: list[list[tuple[int, float]]], shape: tuple[int, int]):
@@ -261,12 +261,8 @@ def focus_critic_targets(targets: list[list[tuple[int, float]]], shape: tuple[in
 def segment_targets(values: list[list[float]], rewards: list[float], gamma: float) -> torch.Tensor:
     """[B, max K] per-segment critic targets: segment k of a path leads to `gamma V~(s_{k+1})`,
     the last one to the path's reward R (0-padded)."""
-    width = max((len(v) for v in values), default=0)
-    out = torch.zeros(len(values), width)
-    for b, (v, r) in enumerate(zip(values, rewards)):
-        for k in range(len(v)):
-            out[b, k] = r if k == len(v) - 1 else gamma * v[k + 1]
-    return out
+    return padded([[r if k == len(v) - 1 else gamma * v[k + 1] for k in range(len(v))]
+                   for v, r in zip(values, rewards)])
 
 
 def with_token_targets(returns: torch.Tensor, value_mask: torch.Tensor, values: list[list[float]],
