@@ -164,3 +164,29 @@ def test_no_process_notes_in_the_repository():
             continue
         hits += [f"{f}:{n}" for n in process_notes(text, p.suffix)]
     assert not hits, hits
+
+
+def _readme_install_block() -> list[str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_block", ROOT / ".ci" / "readme_block.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.install_block((ROOT / "README.md").read_text())
+
+
+def test_ci_runs_the_readmes_install_and_test_lines():
+    """CI installs and tests with the README's own lines: `.ci/run` runs the README's install
+    block (which ends with the test command the README shows) and installs nothing itself."""
+    block = [line.split("#")[0].strip() for line in _readme_install_block()]
+    assert block[-1] == "python -m pytest -q"
+    readme = (ROOT / "README.md").read_text()
+    two = readme.split("## The two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    assert block[-1] in [line.split("#")[0].strip() for line in two.splitlines()]
+    assert any("bfcl-eval" in line for line in block), "the BFCL tests need bfcl-eval"
+    assert any("chromium-driver" in line for line in block), "the browser test needs Chromium"
+    assert any('pip install -e ".[test]"' in line for line in block)
+    ci = (ROOT / ".ci" / "run").read_text()
+    code = [line for line in ci.splitlines() if not line.lstrip().startswith("#")]
+    assert any("readme_block.py README.md" in line for line in code)
+    assert not any(w in line for line in code for w in ("pip install", "apt-get", "pytest"))
