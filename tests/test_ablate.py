@@ -193,7 +193,7 @@ def test_bad_sweeps_fail_before_running(tmp_path):
 
 
 def test_a_failed_run_is_reported_and_the_others_still_summarised(tmp_path, monkeypatch):
-    def fake(sweep, cell, seed, log=None):
+    def fake(sweep, cell, seed, log=None, probe=None):
         if cell.name.endswith("=1"):
             raise RuntimeError("env exploded")
         run = sweep.run_dir(cell, seed)
@@ -217,7 +217,7 @@ def test_a_failed_run_is_reported_and_the_others_still_summarised(tmp_path, monk
 
 
 def _fake_run(calls=None, interrupt_at=None):
-    def fake(sweep, cell, seed, log=lambda s: None):
+    def fake(sweep, cell, seed, log=lambda s: None, probe=None):
         if calls is not None:
             calls.append((cell.name, seed))
         if interrupt_at is not None and len(calls) == interrupt_at:
@@ -301,6 +301,48 @@ def test_plan_warmup_warning_and_progress(tmp_path, monkeypatch):
     assert lines and "step 1/3" in lines[0] and "held-out 0.20±0.05" in lines[0] and "ETA" in lines[0]
 
 
+def _cfg(steps: int, eval_every: int):
+    from agentrl_cli.config import load
+
+    return load(method="grpo", sets=[f"train.steps={steps}", f"train.eval_every={eval_every}"])
+
+
+def test_sweep_estimate_is_measured_on_the_first_runs_first_steps():
+    """setup once per run and once per held-out check, the mean step (the first, warm-up step
+    dropped) times the steps, runs over the job slots."""
+    est = AP.SweepEstimate(setup_s=10.0, step_s=(5.0, 2.0, 2.0))
+    assert est.run_seconds(_cfg(20, 10)) == pytest.approx(10 * 3 + 2 * 20)   # checks at 10, 20
+    assert est.run_seconds(_cfg(25, 10)) == pytest.approx(10 * 4 + 2 * 25)   # and the last step
+    assert "about 2.3 min for 4 run(s)" in est.line([_cfg(20, 10)], runs=4, jobs=2)
+    lines = []
+    probe = AR.EstimateProbe([_cfg(20, 10)], runs=4, jobs=2, log=lines.append)
+    steps = AR.StepLines("c seed 0", lambda s: None, probe)
+    steps.start(20, 0)
+    steps.created = steps.t0 - 10.0                  # 10 s from the run's start to its first step
+    row = {"reward/mean": 0.5, "rollout/tokens": 120}
+    for i, t in enumerate((5.0, 2.0), 1):
+        steps.update(i, {**row, "time/step": t})
+    assert lines == []                               # not before the third step
+    for i in (3, 4):
+        steps.update(i, {**row, "time/step": 2.0})
+    assert len(lines) == 1 and "about 2.3 min" in lines[0] and "2.0s per step" in lines[0]
+
+
+def test_a_parallel_sweep_estimates_from_its_first_runs_metrics(tmp_path):
+    lines = []
+    probe = AR.EstimateProbe([_cfg(20, 10)], runs=2, jobs=2, log=lines.append)
+    metrics = tmp_path / "metrics.jsonl"
+    probe.watch(metrics, started=0.0)                # no file yet: nothing
+    metrics.write_text("".join(json.dumps({"step": i, "time/step": 2.0}) + "\n" for i in (1, 2)))
+    probe.watch(metrics, started=0.0)
+    assert lines == []
+    with metrics.open("a") as f:
+        f.write(json.dumps({"step": 3, "time/step": 2.0}) + "\n")
+    probe.watch(metrics, started=__import__("time").time() - 16.0)   # 10 s setup + 3 steps
+    assert len(lines) == 1 and "2 run(s)" in lines[0] and "2.0s per step" in lines[0]
+    assert "10s to its first step" in lines[0] or "11s to its first step" in lines[0]
+
+
 def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(AR, "_train_here", _fake_run(calls, interrupt_at=2))
@@ -322,7 +364,7 @@ def test_ctrl_c_prints_a_resume_command_that_resumes(tmp_path, monkeypatch):
 def test_benchmark_option_gives_every_run_its_settings(tmp_path, monkeypatch):
     seen = []
 
-    def fake(sweep, cell, seed, log=lambda s: None):
+    def fake(sweep, cell, seed, log=lambda s: None, probe=None):
         seen.append(sweep.cell_config(cell, seed))
         return _fake_run()(sweep, cell, seed, log)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -18,11 +17,9 @@ def measure_budget(cfg: RunConfig) -> int:
     return linear_step_tokens(initial_runtime(cfg, log=lambda s: None))
 
 
-def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None],
-                   timing: dict | None = None) -> int:
+def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None]) -> int:
     """The sweep's budget: --budget, else the one recorded by an earlier run of this sweep, else
-    the base config's rollout.budget_tokens, else measured (see the module docstring; the
-    measurement's wall seconds go to `timing["rollout_seconds"]`)."""
+    the base config's rollout.budget_tokens, else measured (see the module docstring)."""
     rec = out / "ablation.json"
     old = json.loads(rec.read_text()).get("budget_tokens") if rec.is_file() else None
     if budget is not None:
@@ -35,8 +32,4 @@ def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable
     if base.rollout.budget_tokens > 0:
         return base.rollout.budget_tokens
     log("measuring the matched budget: one linear rollout step of the base config ...")
-    t0 = time.time()
-    tokens = measure_budget(base)
-    if timing is not None:
-        timing["rollout_seconds"] = time.time() - t0
-    return tokens
+    return measure_budget(base)

@@ -186,12 +186,11 @@ def ablate(req: Request, log: Callable[[str], None] = print) -> Outcome:
     sweep, base, axes, configs, resume = prepare(req, log)
     command = resume(req.budget)
     try:
-        timing: dict = {}
-        sweep.budget = resolve_budget(sweep.out, base, req.budget, log, timing)
+        sweep.budget = resolve_budget(sweep.out, base, req.budget, log)
         command = resume(sweep.budget)
         check_rerun(sweep)                # before ablation.json or any run is rewritten
         record(sweep, axes, req.preset)
-        for line in plan_lines(sweep, configs, timing.get("rollout_seconds"), req.jobs):
+        for line in plan_lines(sweep, configs, req.jobs):
             log(line)
         res = run_sweep(sweep, jobs=req.jobs, log=log)
     except KeyboardInterrupt:

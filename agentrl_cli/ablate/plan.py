@@ -146,14 +146,11 @@ def warmup_warnings(configs: list[RunConfig]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def plan_lines(sweep: Sweep, configs: list[RunConfig], rollout_seconds: float | None,
-               jobs: int = 1) -> list[str]:
-    """What the sweep will do, before it starts: cells, seeds, steps, budget, a time estimate.
-
-    The estimate [our choice, rough]: a training step costs about twice its rollout (the update
-    about as much again), an evaluation what its episodes cost at the measured rate; from the
-    budget measurement's wall time when this invocation measured it, else from finished runs
-    of this sweep, else none."""
+def plan_lines(sweep: Sweep, configs: list[RunConfig], jobs: int = 1) -> list[str]:
+    """What the sweep will do, before it starts: cells, seeds, steps, budget, and when the time
+    estimate comes. The estimate is measured, not guessed: from finished runs of this sweep if
+    there are any, else printed once the first run has made its first steps
+    (`SweepEstimate`)."""
     runs = len(sweep.cells) * len(sweep.seeds)
     steps = sorted({c.train.steps for c in configs})
     warm = {c.method: c.train.critic_warmup for c in configs if c.train.critic_warmup}
@@ -164,20 +161,43 @@ def plan_lines(sweep: Sweep, configs: list[RunConfig], rollout_seconds: float | 
              + f"; seeds {','.join(map(str, sweep.seeds))}"]
     for m, w in warm.items():
         lines.append(f"  {m}: the first {w} steps train only the critic (train.critic_warmup)")
-    est = None
-    if rollout_seconds:
-        per_run = 0.0
-        for c in configs:
-            r = c.rollout
-            evals = (c.train.steps // c.train.eval_every if c.train.eval_every else 0) + 2
-            eval_share = c.train.eval_tasks * c.train.eval_samples / max(1, r.tasks_per_step * r.group_size)
-            per_run += rollout_seconds * (2 * c.train.steps + evals * eval_share)
-        est = per_run / len(configs) * runs / max(1, min(jobs, runs))
+    done = [json.loads(p.read_text()) for p in sweep.out.glob("cells/*/seed-*/summary.json")]
+    walls = [d["wall_seconds"] for d in done if isinstance(d.get("wall_seconds"), (int, float))]
+    if walls:
+        est = sum(walls) / len(walls) * runs / max(1, min(jobs, runs))
+        lines.append(f"  time: about {est / 60:.0f} min in all, from {len(walls)} finished "
+                     "run(s) of this sweep (finished runs are skipped)")
     else:
-        done = [json.loads(p.read_text()) for p in sweep.out.glob("cells/*/seed-*/summary.json")]
-        if done:
-            est = sum(d["wall_seconds"] for d in done) / len(done) * runs / max(1, min(jobs, runs))
-    lines.append(f"  time: about {est / 60:.0f} min in all (rough estimate; finished runs are skipped)"
-                 if est is not None else
-                 "  time: no estimate yet (each run prints a line per step with its ETA)")
+        lines.append(f"  time: estimated after the first run's first {ESTIMATE_AFTER_STEPS} "
+                     "steps (measured, printed then)")
     return lines
+
+
+ESTIMATE_AFTER_STEPS = 3     # steps of the first run the sweep's time estimate is measured on
+
+
+@dataclass(frozen=True)
+class SweepEstimate:
+    """The sweep's wall time, measured on its first run: `setup_s` from the run's start to its
+    first step (loading, the base held-out check), `step_s` the seconds of its first steps
+    (the first one dropped when there are more: it warms caches up). A run costs setup +
+    mean step x steps + one setup-sized cost per held-out check (a check is the base check
+    again, `train.eval_every`); runs share `jobs` slots. Rough: evaluation cost and later steps
+    (longer episodes as the policy learns) can move it."""
+    setup_s: float
+    step_s: tuple[float, ...]
+
+    def run_seconds(self, cfg: RunConfig) -> float:
+        steps = self.step_s[1:] or self.step_s
+        checks = cfg.train.steps // cfg.train.eval_every if cfg.train.eval_every else 0
+        if not cfg.train.eval_every or cfg.train.steps % cfg.train.eval_every:
+            checks += 1                       # the last step is always checked
+        return self.setup_s * (1 + checks) + sum(steps) / len(steps) * cfg.train.steps
+
+    def line(self, configs: list[RunConfig], runs: int, jobs: int) -> str:
+        per_run = sum(self.run_seconds(c) for c in configs) / len(configs)
+        total = per_run * runs / max(1, min(jobs, runs))
+        steps = self.step_s[1:] or self.step_s
+        return (f"  sweep time: about {total / 60:.1f} min for {runs} run(s) (measured on the "
+                f"first run: {self.setup_s:.0f}s to its first step, "
+                f"{sum(steps) / len(steps):.1f}s per step)")

@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..config import RESUME_KEYS, RunConfig, flatten
 from ..errors import ConfigError
-from .plan import Cell, Sweep
+from .plan import ESTIMATE_AFTER_STEPS, Cell, Sweep, SweepEstimate
 
 
 # What a rerun may change in a cell that already ran: the keys a resume may change, except
@@ -96,12 +96,14 @@ def run_sweep(sweep: Sweep, jobs: int = 1, log: Callable[[str], None] = print) -
     if skipped:
         log(f"skipping {len(skipped)} finished run(s)")
     ran, failed = [], []
+    probe = EstimateProbe([sweep.cell_config(c, sweep.seeds[0]) for c in sweep.cells],
+                          len(todo), jobs, log)
     if jobs <= 1:
         t0 = time.time()
         for i, (cell, seed) in enumerate(todo, 1):
             log(f"[{i}/{len(todo)}] {cell.name} seed {seed}")
             try:
-                s = _train_here(sweep, cell, seed, log)
+                s = _train_here(sweep, cell, seed, log, probe if i == 1 else None)
                 ran.append((cell.name, seed))
                 left = (time.time() - t0) / i * (len(todo) - i)
                 log(f"  held-out success {s['base_success']:.3f} -> {s['final_success']:.3f}, "
@@ -113,15 +115,49 @@ def run_sweep(sweep: Sweep, jobs: int = 1, log: Callable[[str], None] = print) -
                 failed.append((cell.name, seed, f"{type(e).__name__}: {e}"))
                 log(f"  failed: {type(e).__name__}: {e}")
     else:
-        ran, failed = _train_parallel(sweep, todo, jobs, log)
+        ran, failed = _train_parallel(sweep, todo, jobs, log, probe)
     return {"ran": ran, "skipped": [(c.name, s) for c, s in skipped], "failed": failed}
 
 
-class StepLines:
-    """`train`'s progress hook in a sweep: one line per training step of the run."""
+class EstimateProbe:
+    """Measures the sweep's time on its first run and prints `SweepEstimate`'s line once:
+    after `ESTIMATE_AFTER_STEPS` steps (or the run's last step, if it has fewer)."""
 
-    def __init__(self, label: str, log: Callable[[str], None]):
-        self.label, self.log = label, log
+    def __init__(self, configs: list[RunConfig], runs: int, jobs: int, log: Callable[[str], None]):
+        self.configs, self.runs, self.jobs, self.log = configs, runs, jobs, log
+        self.done = False
+
+    def observe(self, setup_s: float, step_s: list[float], last: bool) -> None:
+        if self.done or not step_s or (len(step_s) < ESTIMATE_AFTER_STEPS and not last):
+            return
+        self.done = True
+        est = SweepEstimate(setup_s, tuple(step_s[:ESTIMATE_AFTER_STEPS]))
+        self.log(est.line(self.configs, self.runs, self.jobs))
+
+    def watch(self, metrics: Path, started: float) -> None:
+        """A run in a subprocess: read its first steps' `time/step` off its metrics.jsonl;
+        the time to its first step is what the rows do not account for."""
+        from ..reporting.metrics import read_metrics
+
+        if self.done or not metrics.is_file():
+            return
+        try:
+            rows = read_metrics(metrics)
+        except (OSError, ValueError):
+            return
+        step_s = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
+        if len(step_s) >= ESTIMATE_AFTER_STEPS:
+            setup = time.time() - started - sum(step_s)
+            self.observe(max(0.0, setup), step_s, last=False)
+
+
+class StepLines:
+    """`train`'s progress hook in a sweep: one line per training step of the run; `probe`
+    (the sweep's first run) measures the sweep's time estimate."""
+
+    def __init__(self, label: str, log: Callable[[str], None], probe: EstimateProbe | None = None):
+        self.label, self.log, self.probe = label, log, probe
+        self.created, self.step_s = time.time(), []
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done0, self.t0 = total, done, time.time()
@@ -135,17 +171,21 @@ class StepLines:
         self.log(f"  {self.label} step {step}/{self.total}  reward {row['reward/mean']:.2f}  "
                  f"held-out {held_out(row)}  {row['rollout/tokens']} tokens  "
                  f"{row['time/step']:.1f}s  (run ETA {per * (self.total - step):.0f}s)")
+        if self.probe is not None:
+            self.step_s.append(row["time/step"])
+            self.probe.observe(self.t0 - self.created, self.step_s, last=step == self.total)
 
     def stop(self) -> None:
         pass
 
 
-def _train_here(sweep: Sweep, cell: Cell, seed: int, log: Callable[[str], None] = lambda s: None) -> dict:
+def _train_here(sweep: Sweep, cell: Cell, seed: int, log: Callable[[str], None] = lambda s: None,
+                probe: EstimateProbe | None = None) -> dict:
     from ..config import load_saved
     from ..train.loop import train
 
     run = sweep.run_dir(cell, seed)
-    steps = StepLines(f"{cell.name} seed {seed}", log)
+    steps = StepLines(f"{cell.name} seed {seed}", log, probe)
     if status(run) == "resumable":
         return train(load_saved(run), run, resume=str(run), log=lambda s: None, progress=steps)
     return train(sweep.cell_config(cell, seed), run, log=lambda s: None, progress=steps,
@@ -160,7 +200,7 @@ def job_log(sweep: Sweep, cell: Cell, seed: int) -> Path:
     return logs / f"{cell.name}-seed-{seed}.log"
 
 
-def _train_parallel(sweep: Sweep, todo, jobs: int, log) -> tuple[list, list]:
+def _train_parallel(sweep: Sweep, todo, jobs: int, log, probe: EstimateProbe) -> tuple[list, list]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
     queue, running, ran, failed = list(todo), [], [], []
@@ -174,7 +214,10 @@ def _train_parallel(sweep: Sweep, todo, jobs: int, log) -> tuple[list, list]:
             running.append((subprocess.Popen(train_command(sweep, cell, seed), stdout=logf, stderr=subprocess.STDOUT, env=env),
                             cell, seed, logf))
             started += 1
+            if started == 1:
+                first = (run / "metrics.jsonl", time.time())
             log(f"[{started}/{n}] started {cell.name} seed {seed} (log: {job_log(sweep, cell, seed)})")
+        probe.watch(*first)
         proc, cell, seed, logf = running[0]
         for item in running:  # wait for whichever finishes first
             if item[0].poll() is not None:
