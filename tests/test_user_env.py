@@ -84,7 +84,7 @@ def broken(tmp_path):
 def test_the_example_passes_check_env():
     res = runner.invoke(app, ["check-env", f"{EXAMPLE}:make"])
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("ok: env ")
+    assert res.stdout.startswith("ok: env ")    # stderr: each check as it starts
     assert "200 train / 50 eval tasks with gold answers" in res.output
     assert "scripted expert: none" in res.output
 
@@ -92,7 +92,7 @@ def test_the_example_passes_check_env():
 def test_a_broken_fork_fails_check_env_and_focus_refuses_it(broken, model_dir, tmp_path):
     res = runner.invoke(app, ["check-env", f"{broken}:make"])
     assert res.exit_code == 2, res.output
-    assert res.output.splitlines()[0].startswith(
+    assert res.stdout.splitlines()[0].startswith(
         "fork: a fresh env restored from snapshot() diverged from the original"), res.output
     report = check_env(lambda s: make_env_spec(config.load(**{"env.name": f"{broken}:make"}).env, s))
     assert [p.split(":")[0] for p in report.problems] == ["fork"]
@@ -274,6 +274,6 @@ def test_an_installed_packages_entry_point_env(tmp_path, monkeypatch):
         assert cfg.env.options == {"n_ops": 3}
         assert all(t.prompt.count(" ") == 7 for t in make_env_spec(cfg.env).tasks("eval"))
         res = runner.invoke(app, ["check-env", "ep-calculator"])
-        assert res.exit_code == 0 and res.output.startswith("ok: env 'ep-calculator'"), res.output
+        assert res.exit_code == 0 and res.stdout.startswith("ok: env 'ep-calculator'"), res.output
     finally:
         plugins.entry_points.cache_clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..envs.base import StepResult, Task, TextEnv
+from ..envs.guard import EnvContractError
 from ..models.chat import ChatFormat
 from ..types import Episode, Turn
 
@@ -77,9 +78,11 @@ def step_env(live: LiveEpisode, turn: Turn) -> StepResult | None:
     ep = live.ep
     try:
         res = live.env.step(turn.action)
+    except EnvContractError as e:   # the env broke the protocol: the run stops, located
+        raise e.at(ep.task_id, ep.num_turns) from None
     except Exception as e:  # an env bug must not kill the whole batch
         live.done, ep.finish, ep.reward, ep.success = True, "env_error", 0.0, False
-        ep.meta["env_error"] = f"{type(e).__name__}: {e}"
+        ep.meta["env_error"] = f"task {ep.task_id}, step {ep.num_turns}: {type(e).__name__}: {e}"
         return None
     turn.tool = res.info.get("tool")
     if turn.tool and turn.tool != "answer" and not res.info.get("error"):

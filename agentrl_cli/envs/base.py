@@ -183,7 +183,7 @@ class UserEnvFactory:
             spec = self.fn(**kw)
         except ConfigError:
             raise
-        except Exception as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
+        except (Exception, SystemExit) as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
             raise ConfigError(f"env '{self.name}': its factory raised {type(e).__name__}: "
                               f"{' '.join(str(e).split())}") from e
         missing = [m for m in ("make", "tasks") if not callable(getattr(spec, m, None))]

@@ -72,7 +72,7 @@ def _load_file(spec: str, target: str, kind: str):
     sys.modules[name] = module            # dataclasses and pickle look the module up here
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001  (the user's file: any error is theirs, in one line)
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (the user's file: any error is theirs, in one line)
         del sys.modules[name]
         raise ConfigError(f"{kind} '{spec}': {path} does not import: {_one_line(e)}") from e
     return module
@@ -87,14 +87,16 @@ def _import(spec: str, target: str, kind: str):
                               "PYTHONPATH, or the package installed?)") from e
         raise ConfigError(f"{kind} '{spec}': module '{target}' does not import: "
                           f"{_one_line(e)}") from e
-    except Exception as e:  # noqa: BLE001
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (SystemExit: a script's exit())
         raise ConfigError(f"{kind} '{spec}': module '{target}' does not import: "
                           f"{_one_line(e)}") from e
 
 
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
-    if isinstance(e, SyntaxError) and e.lineno:
+    if isinstance(e, SystemExit):
+        text = f"the file exits at import (exit code {e.code})" if e.code is not None else "the file exits at import"
+    elif isinstance(e, SyntaxError) and e.lineno:
         text = f"{e.msg} (line {e.lineno})"
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
@@ -115,6 +117,6 @@ def load_entry_point(group: str, name: str, kind: str = "env") -> Any:
     ep = entry_points(group)[name]
     try:
         return ep.load()
-    except Exception as e:  # noqa: BLE001
+    except (Exception, SystemExit) as e:  # noqa: BLE001
         raise ConfigError(f"{kind} '{name}' (entry point {group}: {ep.value}) does not load: "
                           f"{_one_line(e)}") from e

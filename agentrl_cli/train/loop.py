@@ -23,7 +23,7 @@ import torch
 from ..config import RunConfig, step_seed
 from ..credit.estimators import ESTIMATORS
 from ..engines import check_engine
-from ..envs.checker import require_fork
+from ..envs.checker import require_determinism, require_fork
 from ..errors import ConfigError
 from ..evaluation.runner import evaluate
 from ..methods import FORKING_CONTROLLERS
@@ -107,6 +107,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     unchecked = not resume and not check_run_memory(cfg)
     if cfg.algo.controller in FORKING_CONTROLLERS:   # a user env that cannot fork: before loading
         require_fork(cfg.env, f"method {cfg.method}")
+    require_determinism(cfg.env, log)     # a user env: same seed, same actions -> same results
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
     if not comm.is_main:
         log, progress = (lambda s: None), None
@@ -157,6 +158,7 @@ class Run:
     budget: int = 0
     rollout_carry: dict = field(default_factory=dict)  # RolloutContext.carry, step to step
     spread_seen: bool = False             # a step among the first ones had reward spread
+    env_exception_seen: bool = False      # an env's step() raised (logged once)
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
@@ -167,6 +169,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
     for step in range(run.start_step + 1, cfg.train.steps + 1):
         row = run_step(run, step)                 # rollout -> credit -> update
         warn_no_spread(run, step, row)
+        warn_env_exception(run, row)
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             run.last_eval = comm.on_main(evaluate_run, run, step)
             row.update(_eval_fields(run.last_eval))
@@ -303,6 +306,7 @@ def run_step(run: Run, step: int) -> dict:
     stats = update(learner, batch, cfg, step)
     run.rollouts.sync(rt.model)           # new weights to the engine / workers
     mask = batch.response_mask.bool()
+    env_errors = [e.meta["env_error"] for e in eps if e.finish == "env_error"]
     row = {
         "step": step,
         "reward/mean": float(batch.rewards.mean()),
@@ -314,6 +318,7 @@ def run_step(run: Run, step: int) -> dict:
         "rollout/tokens_per_episode": sum(e.generated_tokens for e in eps) / len(eps),
         "rollout/tool_calls": sum(e.num_tool_calls for e in eps) / len(eps),
         "rollout/turns": sum(e.num_turns for e in eps) / len(eps),
+        "env/exceptions": len(env_errors),
         "rollout/logprob_gap": float((batch.engine_logprobs - batch.old_logprobs)[mask].abs().mean()),
         "time/rollout": t_roll,
         "time/step": time.time() - t0,
@@ -324,7 +329,9 @@ def run_step(run: Run, step: int) -> dict:
     }
     if cfg.context.operator != "none":
         row["rollout/context_resets"] = sum(e.meta.get("context_resets", 0) for e in eps) / len(eps)
-    row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s"))  # others: mean over ranks
+    if env_errors:
+        row["env/first_exception"] = env_errors[0]
+    row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s", "env/exceptions"))  # others: mean over ranks
     run.tokens_total += row["rollout/tokens"]
     return row
 
@@ -356,6 +363,18 @@ def warn_no_spread(run: Run, step: int, row: dict) -> None:
                 f"episode of a task got the same reward (mean {rewards}), so every advantage "
                 "is 0 and the policy cannot learn; make the tasks easier or harder for this "
                 "model, raise rollout.group_size, or check the env's reward (agentrl check-env)")
+
+
+def warn_env_exception(run: Run, row: dict) -> None:
+    """Log the first exception an env's step() raised, once per run; the row keeps its message
+    (`env/first_exception`) only in that step (`env/exceptions` counts them every step)."""
+    first = row.pop("env/first_exception", None)
+    if first is None or run.env_exception_seen:
+        return
+    run.env_exception_seen = True
+    row["env/first_exception"] = first
+    run.log(f"warning: env '{run.cfg.env.name}' raised in step(), {first} (such an episode "
+            "ends as failed, reward 0; env/exceptions in metrics.jsonl counts them per step)")
 
 
 def save(run: Run, step: int) -> None:
