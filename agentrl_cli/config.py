@@ -139,7 +139,15 @@ class AlgoConfig:
     agg_norm: int = 0
     """token-sum-norm: the constant divisor per episode (0: the run's per-episode generation cap, min(env.max_turns x rollout.max_new_tokens, rollout.max_tokens))."""
     kl_coef: float = 0.0
-    """Weight of the k3 KL penalty to the frozen reference model."""
+    """Weight of the KL penalty to the frozen reference model (a loss term, verl's use_kl_loss; its estimator: algo.kl_estimator)."""
+    kl_estimator: str = "k3"
+    """Per-token estimator of KL(policy || reference) in the algo.kl_coef penalty, with d = log pi_ref - log pi: k1 (-d, the plain log ratio: unbiased, can be negative) | k2 (d^2 / 2) | k3 (exp(d) - d - 1: unbiased, never negative; verl's low_var_kl, TRL's)."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus in the policy loss: the loss subtracts entropy_coef x the policy's mean entropy over response tokens (aggregated as algo.agg). 0: no bonus (the metric policy/entropy is logged either way)."""
+    rewards: list = field(default_factory=list)
+    """Reward functions of the episode, each `file.py:fn`, `module:fn` or `{fn: file.py:fn, weight: 0.5, name: ...}` (weight 1, name the function's): added to (or with algo.reward_mode=replace, instead of) the env's outcome reward at every episode's end, so every method's credit sees them; logged per step as reward/<name>. `agentrl train --reward FILE.py:fn[:WEIGHT]` (docs/rewards.md)."""
+    reward_mode: str = "add"
+    """How algo.rewards combine with the env's reward: add (env reward + sum of weight x fn) | replace (sum of weight x fn only; success stays the env's verdict)."""
     std_normalize: bool = True
     """GRPO: divide by the group's standard deviation (False is Dr. GRPO)."""
     gamma: float = 1.0
@@ -218,6 +226,10 @@ class TrainConfig:
     """Training steps (one rollout batch + update each). May change on --resume."""
     lr: float = 2e-4
     """Adam learning rate."""
+    lr_schedule: str = "constant"
+    """Learning-rate schedule over train.steps, after the warm-up, applied to the policy's and the critic's rates alike: constant | linear (down to lr / (steps - warmup) at the last step) | cosine (half a cosine toward 0). Logged per step as lr (the policy's)."""
+    warmup_steps: int = 0
+    """Linear warm-up from 0: step s <= warmup_steps trains at lr x s / warmup_steps (0: none)."""
     critic_lr: float = 0.0
     """Learning rate of the critic's own parameters (the value head, or the whole separate critic model) when the method has a critic; 0 = train.lr. verl and OpenRLHF give PPO critics their own, often larger, rate."""
     weight_decay: float = 0.0
@@ -310,8 +322,9 @@ _NON_NEGATIVE = {
     "algo.vf_coef", "algo.value_clip", "algo.kappa", "algo.beta", "model.tiny_warmup_steps", "algo.agg_norm",
     "algo.dynamic_rounds", "algo.lambda_term", "algo.alpha_out", "algo.alpha_turn",
     "train.logprob_chunk", "train.logprob_tolerance", "rollout.workers", "rollout.worker_gpus", "train.critic_lr",
-    "train.critic_warmup", "seed", "env.seed", "algo.focus_min_depth",
+    "train.critic_warmup", "seed", "env.seed", "algo.focus_min_depth", "train.warmup_steps",
     "env.step_timeout_s",
+    "algo.entropy_coef",
 }
 # Upper bounds on sizes that can only be mistakes (`--set rollout.group_size=1e9` would fail
 # much later with MemoryError); `describe()` (the config reference) lists each with its field.
@@ -321,7 +334,7 @@ _CAPS = {
     "rollout.budget_tokens": 10**12, "train.steps": 10**7, "train.eval_tasks": 10**6,
     "train.eval_samples": 4096, "train.ppo_epochs": 1000, "train.minibatches": 65_536,
     "train.max_tokens_per_microbatch": 2**24, "train.logprob_chunk": 2**24,
-    "train.critic_warmup": 10**7, "algo.vine_k": 1024, "algo.trace_k": 1024,
+    "train.critic_warmup": 10**7, "train.warmup_steps": 10**7, "algo.vine_k": 1024, "algo.trace_k": 1024,
     "algo.dynamic_rounds": 1000, "algo.focus_roots": 1024, "algo.focus_max_inflight": 1024, "algo.focus_min_depth": 10_000,
     "env.max_turns": 10_000, "env.n_entities": 10**6, "env.n_train": 10**7, "env.n_eval": 10**6,
     "env.min_hops": 100, "env.max_hops": 100, "model.tiny_warmup_steps": 10**7,
@@ -350,6 +363,9 @@ _CHOICES = {
     "algo.focus_return": ("path", "subtree"),
     "algo.focus_segment_weight": ("one", "visit"),
     "train.old_logprobs": ("auto", "engine", "score"),
+    "train.lr_schedule": ("constant", "linear", "cosine"),
+    "algo.kl_estimator": ("k1", "k2", "k3"),
+    "algo.reward_mode": ("add", "replace"),
 }
 
 
@@ -398,6 +414,9 @@ def _validate(cfg: RunConfig) -> None:
                           "use sink_sdpa on CPU")
     if cfg.context.operator != "none":
         _validate_context(cfg)
+    if cfg.algo.reward_mode == "replace" and not cfg.algo.rewards:
+        raise ConfigError("algo.reward_mode=replace needs at least one reward function "
+                          "(--reward FILE.py:fn or algo.rewards)")
     if cfg.env.max_hops < cfg.env.min_hops:
         raise ConfigError(f"env.max_hops ({cfg.env.max_hops}) < env.min_hops ({cfg.env.min_hops})")
     for key in ("rollout.temperature",):
@@ -535,6 +554,66 @@ def env_name(name: str) -> str:
     if target.endswith(".py") and attr:
         return f"{os.path.abspath(os.path.expanduser(target))}:{attr}"
     return name
+
+
+REWARD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*$")
+RESERVED_REWARD_NAMES = ("mean", "env")   # reward/mean and reward/env are the run's own metrics
+
+
+def _reward_item(item: Any) -> dict[str, Any]:
+    """One `algo.rewards` entry -> {"name", "fn", "weight"}: `[NAME=]SPEC[:WEIGHT]` or a mapping
+    with `fn` (and optional `weight`, `name`); a `file.py:fn` path made absolute (`env_name`)."""
+    if isinstance(item, str):
+        name, eq, rest = item.partition("=")
+        if not eq or ":" in name:
+            name, rest = "", item
+        head, _, tail = rest.rpartition(":")
+        try:
+            weight, spec = (float(tail), head) if ":" in head else (1.0, rest)
+        except ValueError:
+            weight, spec = 1.0, rest
+        item = {"fn": spec.strip(), "weight": weight, **({"name": name.strip()} if name else {})}
+    if not isinstance(item, dict) or not isinstance(item.get("fn"), str):
+        raise ConfigError(f"algo.rewards: each entry is FILE.py:fn[:WEIGHT], module:fn or "
+                          f"{{fn: ..., weight: ...}}, got {item!r}")
+    unknown = sorted(set(item) - {"fn", "weight", "name"})
+    if unknown:
+        raise ConfigError(f"algo.rewards: unknown field '{unknown[0]}' in {item!r} (fields: fn, "
+                          "weight, name)")
+    target, _, attr = item["fn"].rpartition(":")
+    if not target or not attr:
+        raise ConfigError(f"algo.rewards: '{item['fn']}' is not FILE.py:fn or module:fn")
+    weight = item.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+        raise ConfigError(f"algo.rewards: the weight of {item['fn']} must be a finite number, "
+                          f"got {weight!r}")
+    name = str(item.get("name") or attr.rsplit(".", 1)[-1])
+    if not REWARD_NAME.match(name) or name in RESERVED_REWARD_NAMES:
+        raise ConfigError(f"algo.rewards: '{name}' cannot name a reward (its metric is "
+                          f"reward/{name}); give the entry another name")
+    return {"name": name, "fn": env_name(item["fn"]), "weight": float(weight)}
+
+
+def reward_specs(value: Any) -> list[dict[str, Any]]:
+    """`algo.rewards` as given (a YAML list, a `--set` literal, or `--set` specs separated by
+    commas) -> [{"name", "fn", "weight"}, ...]; names unique."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = [p for p in text.split(",") if p.strip()]
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"algo.rewards expects a list of reward functions, got {value!r}")
+    out = [_reward_item(item) for item in value]
+    names = [r["name"] for r in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"algo.rewards: two reward functions are named '{twice[0]}'; name one "
+                          f"of them (NAME=FILE.py:fn or name: ...)")
+    return out
 
 
 def _option_value(value: Any) -> Any:
@@ -733,7 +812,7 @@ def build(overrides: dict[str, Any]) -> RunConfig:
     top: dict[str, Any] = {}
     for key, value in _env_options(overrides).items():
         _check_key(key)
-        v = _coerce(key, value)
+        v = reward_specs(value) if key == "algo.rewards" else _coerce(key, value)
         if "." in key:
             sec, name = key.split(".", 1)
             grouped.setdefault(sec, {})[name] = v

@@ -202,3 +202,21 @@ def kl_k3(logp_new: Tensor, logp_ref: Tensor, mask: Tensor) -> Tensor:
     `d = logp_ref - logp_new`; >= 0, 0 outside the mask. Aggregate with `aggregate`."""
     d = logp_ref - logp_new
     return (torch.exp(d) - d - 1.0) * mask.to(logp_new.dtype)
+
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_penalty(logp_new: Tensor, logp_ref: Tensor, mask: Tensor, estimator: str = "k3") -> Tensor:
+    """Per-token estimate of KL(pi_new || pi_ref), [B, L], 0 outside the mask, with
+    `d = logp_ref - logp_new` (Schulman's estimators): k1 `-d` (unbiased, can be negative),
+    k2 `d^2 / 2` (biased, low variance, never negative), k3 `exp(d) - d - 1` (`kl_k3`: unbiased,
+    never negative; the default). Aggregate with `aggregate`."""
+    if estimator == "k3":
+        return kl_k3(logp_new, logp_ref, mask)
+    d = logp_ref - logp_new
+    if estimator == "k1":
+        return -d * mask.to(logp_new.dtype)
+    if estimator == "k2":
+        return 0.5 * d * d * mask.to(logp_new.dtype)
+    raise ValueError(f"unknown KL estimator '{estimator}'; valid: {', '.join(KL_ESTIMATORS)}")

@@ -4,6 +4,11 @@ each compared with a reference method seed by seed.
     python benchmarks/methods_table.py runs/methods               # an `agentrl ablate` folder
     python benchmarks/methods_table.py --reference grpo runs/a runs/b/cells/*/seed-*/
     python benchmarks/methods_table.py --checks 110-200 runs/a runs/b   # a window of the checks
+    python benchmarks/methods_table.py --record docs/records/NAME.json --command "agentrl ..." runs/a
+
+`--record FILE` also writes the runs as a record for docs/records (per-seed base, last check,
+mean of checks, tokens per step and wall seconds of each method; its build, date, env, budget
+and steps); `python -m agentrl_cli.reporting.records` then writes the pages' tables from it.
 
 Columns: the mean of a run's held-out checks after step 0 (mean ± sample std over seeds), the
 final check minus the base (step 0), the paired difference of the mean of checks against the
@@ -18,10 +23,14 @@ checks (and its paired difference) over the checks at steps LO to HI only.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
+import subprocess
 from collections import defaultdict
 from pathlib import Path
+
+from agentrl_cli.reporting.metrics import read_metrics
 
 
 def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
@@ -30,7 +39,7 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
     if not (run / "summary.json").is_file():
         return None
     summary = json.loads((run / "summary.json").read_text())
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    rows = read_metrics(run / "metrics.jsonl")
     checks = {r["step"]: r for r in rows if "eval/success" in r}
     steps = [r for r in rows if "rollout/tokens" in r]
     last = max(checks)
@@ -41,6 +50,7 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
                                            if max(lo, 1) <= s <= (hi if hi is not None else s)),
             "tokens_per_step": statistics.mean(r["rollout/tokens"] for r in steps),
             "tpq": checks[last]["eval/tokens_per_question"],
+            "summary": summary, "steps": summary.get("steps", last),
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
             "se": statistics.mean(r["eval/success_se"] for r in checks.values())
             if all("eval/success_se" in r for r in checks.values()) else None}
@@ -108,17 +118,71 @@ def runs_under(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _build() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _one(runs: list[dict], key: str):
+    values = {r["summary"].get(key) for r in runs}
+    return values.pop() if len(values) == 1 else None
+
+
+def record(runs: list[dict], reference: str, commands: list[str], title: str,
+           build: str | None = None, date: str | None = None) -> dict:
+    """The runs as a docs/records entry: one arm per method (or cell) with its per-seed values,
+    paired with `reference` when the runs hold it."""
+    by = defaultdict(list)
+    for r in runs:
+        by[r["label"]].append(r)
+    arms = []
+    for label in sorted(by, key=lambda k: (k != reference, k)):
+        rs = sorted(by[label], key=lambda r: r["seed"])
+        arm = {"name": label, "label": f"`{label}`", "seeds": [r["seed"] for r in rs],
+               "per_seed": {"base": [r["base"] for r in rs], "final": [r["final"] for r in rs],
+                            "mean_of_checks": [r["mean_checks"] for r in rs],
+                            "tokens_per_step": [r["tokens_per_step"] for r in rs]}}
+        if all(r["summary"].get("wall_seconds") is not None for r in rs):
+            arm["per_seed"]["wall_s"] = [r["summary"]["wall_seconds"] for r in rs]
+        if label != reference and reference in by:
+            arm["reference"] = reference
+        arms.append(arm)
+    return {"title": title, "date": date or datetime.date.today().isoformat(),
+            "build": build or _build(), "env": _one(runs, "env"),
+            "budget": _one(runs, "budget_tokens") or None,
+            "steps": max(r["steps"] for r in runs), "commands": commands,
+            "source": "made from run folders by benchmarks/methods_table.py --record",
+            "arms": arms}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders or agentrl ablate folders")
     ap.add_argument("--reference", default="grpo", help="the method every row is paired with")
     ap.add_argument("--checks", default=None, help="LO-HI: the mean of checks over these steps only")
+    ap.add_argument("--record", type=Path, default=None,
+                    help="also write the runs as a record (JSON) for docs/records")
+    ap.add_argument("--command", action="append", default=[],
+                    help="a command that made the runs, for the record (repeatable)")
+    ap.add_argument("--title", default=None, help="the record's title (default: its file name)")
     args = ap.parse_args()
+    if args.record and args.checks:
+        raise SystemExit("--record takes the mean of every check: a window chosen after the "
+                         "runs is exploration, not a record")
     lo, hi = (int(x) for x in args.checks.split("-")) if args.checks else (1, None)
     runs = [r for r in (load_run(p, lo, hi) for p in runs_under(args.runs)) if r is not None]
     if not runs:
         raise SystemExit("no finished runs (summary.json) among the given folders")
     print("\n".join(table(runs, args.reference)))
+    if args.record:
+        this = "python benchmarks/methods_table.py --reference " + args.reference + " " + " ".join(
+            str(p) for p in args.runs)
+        rec = record(runs, args.reference, [*args.command, this], args.title or args.record.stem)
+        args.record.write_text(json.dumps(rec, indent=1) + "\n")
+        print(f"record: {args.record}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ CRITIC_KEYS = frozenset({"algo.vf_coef", "algo.value_clip", "train.critic_warmup
                          "train.critic_lr", "model.critic", "model.critic_path"})
 # The trainer's own `algo.*` keys (train/loop.py, train/learner.py): every method reads them.
 TRAINER_KEYS = frozenset({"algo.estimator", "algo.controller", "algo.loss", "algo.agg",
-                          "algo.kl_coef"})
+                          "algo.kl_coef", "algo.kl_estimator", "algo.entropy_coef",
+                          "algo.rewards", "algo.reward_mode"})
 PARTS = ("algo.estimator", "algo.controller", "algo.loss")   # the keys that pick a method's parts
 
 

@@ -28,6 +28,7 @@ def train_cmd(
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
     rollout_workers: Annotated[Optional[int], typer.Option("--rollout-workers", help="Ray rollout workers, each with its own engine and envs (--set rollout.workers=N; 0: in process).")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one (--set rollout.ray_address=...).")] = None,
+    reward: Annotated[Optional[list[str]], typer.Option("--reward", help="A reward function of the episode, [NAME=]FILE.py:fn[:WEIGHT] or module:fn[:WEIGHT] (repeatable; --set algo.rewards=[...]): added to the env's reward (--set algo.reward_mode=replace: instead of it), logged as reward/NAME (docs/rewards.md).")] = None,
 ):
     """Train an agent. Example: agentrl train --method focus --seed 0 --set train.steps=40"""
     from ..reporting.live import TrainProgress, summary_table
@@ -36,6 +37,7 @@ def train_cmd(
     sets = list(set_ or []) + ([f"train.steps={steps}"] if steps is not None else [])
     sets += [f"rollout.workers={rollout_workers}"] if rollout_workers is not None else []
     sets += [f"rollout.ray_address={ray_address}"] if ray_address is not None else []
+    sets += [f"algo.rewards={list(reward)!r}"] if reward else []
     console = Console(quiet=int(os.environ.get("RANK", "0")) > 0)  # torchrun: rank 0 speaks
     say = lambda s: console.print(s, highlight=False)  # noqa: E731
     req = TrainRequest(method, env, benchmark, model, engine, config, sets, seed, out, resume,

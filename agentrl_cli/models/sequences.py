@@ -206,6 +206,13 @@ def _piece_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperatu
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
+def _piece_logprobs_entropy(head, hidden: torch.Tensor, targets: torch.Tensor,
+                            temperature: float):
+    """`_piece_logprobs` and the entropy of each position's (tempered) distribution."""
+    logp = torch.log_softmax(head(hidden).float() / temperature, dim=-1)
+    return logp.gather(-1, targets[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+
 def _head_logits(h, weight, bias, temperature: float) -> torch.Tensor:
     logits = torch.nn.functional.linear(h, weight, bias).float()
     return logits.div_(temperature) if temperature != 1.0 else logits
@@ -217,38 +224,54 @@ class _HeadLogprobs(torch.autograd.Function):
     per token; backward recomputes each block and forms the logits' gradient in place,
     `(onehot(target) - softmax) * g / T`: one [chunk, V] tensor, where autograd through
     `log_softmax` + `gather` makes four (the division, the log-softmax output, the gather's
-    zero-filled gradient, the log-softmax gradient)."""
+    zero-filled gradient, the log-softmax gradient).
+
+    With `entropy`, a second output: each token's entropy H = lse - E_p[logits] (0-size
+    otherwise), from the same logits blocks; its gradient, -p (log p + H) per logit, is formed
+    in the same recomputed block, only when the entropy is trained on (an entropy bonus)."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature: float, chunk: int):
+    def forward(ctx, h, weight, bias, targets, temperature: float, chunk: int,
+                entropy: bool = False):
+        ctx.set_materialize_grads(False)
         N = h.shape[0]
         out = torch.empty(N, dtype=torch.float32, device=h.device)
         lse = torch.empty(N, dtype=torch.float32, device=h.device)
+        ent = torch.empty(N if entropy else 0, dtype=torch.float32, device=h.device)
         for s in range(0, N, chunk):
             logits = _head_logits(h[s:s + chunk], weight, bias, temperature)
             lse[s:s + chunk] = torch.logsumexp(logits, dim=-1)
             out[s:s + chunk] = logits.gather(-1, targets[s:s + chunk, None]).squeeze(-1)
+            if entropy:
+                p = (logits - lse[s:s + chunk, None]).exp_()
+                ent[s:s + chunk] = lse[s:s + chunk] - p.mul_(logits).sum(-1)
         out.sub_(lse)
         # the weights are read again in backward from ctx, not saved as tensors: they are the
         # model's parameters (no copy to keep), and an optimiser step never runs in between
-        ctx.save_for_backward(h, targets, lse)
+        ctx.save_for_backward(h, targets, lse, ent)
         ctx.weight, ctx.bias, ctx.temperature, ctx.chunk = weight, bias, temperature, chunk
-        return out
+        if not entropy:
+            ctx.mark_non_differentiable(ent)
+        return out, ent
 
     @staticmethod
-    def backward(ctx, grad):
-        h, targets, lse = ctx.saved_tensors
+    def backward(ctx, grad, grad_ent):
+        h, targets, lse, ent = ctx.saved_tensors
         weight, bias, temperature, chunk = ctx.weight, ctx.bias, ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         gh = torch.empty_like(h) if need_h else None
         gw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if need_w else None
         gb = (torch.zeros(bias.shape, dtype=torch.float32, device=h.device)
               if need_b and bias is not None else None)
-        grad = grad.float()
+        grad = grad.float() if grad is not None else torch.zeros_like(lse)
         for s in range(0, h.shape[0], chunk):
             g = grad[s:s + chunk, None]
             d = _head_logits(h[s:s + chunk], weight, bias, temperature)
-            d.sub_(lse[s:s + chunk, None]).exp_().mul_(-g)             # -softmax * g
+            if grad_ent is None:
+                d.sub_(lse[s:s + chunk, None]).exp_().mul_(-g)         # -softmax * g
+            else:
+                d = _entropy_block_grad(d, lse[s:s + chunk, None], ent[s:s + chunk, None],
+                                        g, grad_ent[s:s + chunk, None].float())
             d.scatter_add_(1, targets[s:s + chunk, None], g)           # + onehot * g
             if temperature != 1.0:
                 d.div_(temperature)
@@ -260,11 +283,20 @@ class _HeadLogprobs(torch.autograd.Function):
             if gb is not None:
                 gb += d.float().sum(0)
         return (gh, gw.to(weight.dtype) if gw is not None else None,
-                gb.to(bias.dtype) if gb is not None else None, None, None, None)
+                gb.to(bias.dtype) if gb is not None else None, None, None, None, None)
+
+
+def _entropy_block_grad(logits, lse, ent, g, ge):
+    """The logits' gradient of a block, without the one-hot term: -p g from the log-probs and
+    -p (log p + H) ge from the entropies (p, log p: the block's softmax, log-softmax)."""
+    logp = logits.sub_(lse)
+    p = logp.exp()
+    return logp.add_(ent).mul_(p).mul_(-ge).addcmul_(p, g, value=-1.0)
 
 
 def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
-                         chunk: int = 512, where: torch.Tensor | None = None) -> torch.Tensor:
+                         chunk: int = 512, where: torch.Tensor | None = None,
+                         entropy: bool = False):
     """log p(ids[:, t+1] | prefix) for t < L-1 -> [B, L-1].
 
     With `chunk` > 0 the logits exist for `chunk` tokens at a time (counted over all rows), and
@@ -274,11 +306,14 @@ def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, tempera
     `where` ([B, L-1] bool): only these entries are needed (the trainer's: targets that are
     policy tokens, a small share of an agent's episode); the LM head runs on their hidden states
     only and every other entry is 0.
+    `entropy`: -> (log-probs, entropies [B, L-1]), the entropy of each position's next-token
+    distribution at `temperature`, from the same logits (no second LM-head pass), differentiable.
     """
     head = model.get_output_embeddings()
     if not chunk or hidden.shape[1] < 2:
-        lp = _piece_logprobs(head, hidden[:, :-1], ids[:, 1:], temperature)
-        return lp if where is None else lp.masked_fill(~where, 0.0)
+        piece = _piece_logprobs_entropy if entropy else _piece_logprobs
+        out = piece(head, hidden[:, :-1], ids[:, 1:], temperature)
+        return _masked(out, where)
     B, L, H = hidden.shape
     if isinstance(head, torch.nn.Linear):
         # every position of the [B, L] grid (the last one's target is a dummy): a view of the
@@ -288,21 +323,36 @@ def logprobs_from_hidden(model, hidden: torch.Tensor, ids: torch.Tensor, tempera
         if where is not None:          # the needed positions' hidden states only
             idx = torch.nn.functional.pad(where, (0, 1)).reshape(-1).nonzero().squeeze(1)
             flat, targets = flat.index_select(0, idx), targets.index_select(0, idx)
-        lp = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
-                                 max(1, int(chunk)))
-        if where is not None:
-            lp = torch.zeros(B * L, dtype=lp.dtype, device=lp.device).index_copy(0, idx, lp)
-        return lp.view(B, L)[:, :-1]
+        outs = _HeadLogprobs.apply(flat, head.weight, head.bias, targets, float(temperature),
+                                   max(1, int(chunk)), entropy)
+        grid = []
+        for x in outs[:2 if entropy else 1]:
+            if where is not None:
+                x = torch.zeros(B * L, dtype=x.dtype, device=x.device).index_copy(0, idx, x)
+            grid.append(x.view(B, L)[:, :-1])
+        return tuple(grid) if entropy else grid[0]
     h, targets = hidden[:, :-1], ids[:, 1:]
     recompute = torch.is_grad_enabled()
     step = max(1, int(chunk) // B)         # positions per chunk: about `chunk` tokens
+    piece = _piece_logprobs_entropy if entropy else _piece_logprobs
     parts = []
     for s in range(0, targets.shape[1], step):
         args = (head, h[:, s:s + step], targets[:, s:s + step], temperature)
-        parts.append(checkpoint(_piece_logprobs, *args, use_reentrant=False) if recompute
-                     else _piece_logprobs(*args))
-    lp = torch.cat(parts, dim=1)
-    return lp if where is None else lp.masked_fill(~where, 0.0)
+        parts.append(checkpoint(piece, *args, use_reentrant=False) if recompute
+                     else piece(*args))
+    if entropy:
+        return _masked((torch.cat([p[0] for p in parts], dim=1),
+                        torch.cat([p[1] for p in parts], dim=1)), where)
+    return _masked(torch.cat(parts, dim=1), where)
+
+
+def _masked(out, where: torch.Tensor | None):
+    """Log-probs (or a tuple of log-probs and entropies) with 0 outside `where`."""
+    if where is None:
+        return out
+    if isinstance(out, tuple):
+        return tuple(x.masked_fill(~where, 0.0) for x in out)
+    return out.masked_fill(~where, 0.0)
 
 
 def token_logprobs(model, ids, attn, temperature: float = 1.0, chunk: int = 512) -> torch.Tensor:
@@ -392,19 +442,26 @@ def tree_hidden_states(model, flat: torch.Tensor, pos: torch.Tensor,
 
 
 def tree_next_logprobs(model, hidden: torch.Tensor, flat: torch.Tensor, parent: torch.Tensor,
-                       temperature: float, chunk: int, where: torch.Tensor) -> torch.Tensor:
+                       temperature: float, chunk: int, where: torch.Tensor,
+                       entropy: bool = False):
     """[T] log p(token | its ancestors) for the tree's tokens with `where` (bool [T]) and a
-    parent, from the parent's hidden state (`hidden` [T, H]); 0 elsewhere."""
+    parent, from the parent's hidden state (`hidden` [T, H]); 0 elsewhere. `entropy`: ->
+    (log-probs, the entropies of the same next-token distributions), as `logprobs_from_hidden`."""
     need = (where & (parent >= 0)).nonzero().squeeze(1)
     out = torch.zeros(flat.shape[0], dtype=torch.float32, device=hidden.device)
     if need.numel() == 0:
-        return out + hidden.sum() * 0.0         # keeps the graph for a backward with no tokens
+        out = out + hidden.sum() * 0.0         # keeps the graph for a backward with no tokens
+        return (out, out) if entropy else out
     h = hidden.index_select(0, parent[need])
     targets = flat[need]
     head = model.get_output_embeddings()
     if chunk and isinstance(head, torch.nn.Linear):
-        lp = _HeadLogprobs.apply(h, head.weight, head.bias, targets, float(temperature),
-                                 max(1, int(chunk)))
+        lp, ent = _HeadLogprobs.apply(h, head.weight, head.bias, targets, float(temperature),
+                                      max(1, int(chunk)), entropy)
+    elif entropy:
+        lp, ent = _piece_logprobs_entropy(head, h, targets, temperature)
     else:
         lp = _piece_logprobs(head, h, targets, temperature)
+    if entropy:
+        return out.index_copy(0, need, lp.float()), out.index_copy(0, need, ent.float())
     return out.index_copy(0, need, lp.float())

@@ -17,9 +17,10 @@ linear method whose episodes get shorter still generates its budget (before, it 
 `rollout.tasks_per_step` groups and fell short of the methods it was compared with). With no
 budget, all episodes go to the engine in one call (exactly as without this feature).
 
-DAPO's overlong shaping is applied here, to `Episode.reward`, right after each episode is
-generated and before dynamic sampling and the estimator see it (`reward/mean` in the metrics is
-therefore the shaped reward; `success` is the verifier's verdict).
+The reward functions of `algo.rewards` (`rollout.rewards`) and DAPO's overlong shaping are
+applied here, to `Episode.reward`, right after each episode is generated and before dynamic
+sampling and the estimator see it (`reward/mean` in the metrics is therefore the shaped reward;
+`success` is the verifier's verdict).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
 from ..registry import Registry
 from ..types import Episode
+from .rewards import apply_rewards, load_rewards
 from .runner import run_episodes
 
 
@@ -87,8 +89,19 @@ def overlong_penalty(length: int, max_tokens: int, cache: int, cut: bool = False
     return (start - length) / cache
 
 
+# what `shape_rewards` writes into a finished episode's meta: a continuation that starts from
+# a finished path's prefix (`planner.branch_episode`) leaves them out, to be shaped itself
+SHAPED_KEYS = ("reward_raw", "overlong_penalty", "reward_env", "rewards")
+
+
 def shape_rewards(episodes: list[Episode], ctx: RolloutContext) -> None:
-    """Add the overlong penalty to each episode's reward when `algo.overlong_shaping` is on."""
+    """Each finished episode's reward as the estimators read it: the env's, with the reward
+    functions of `algo.rewards` added (or in its place, `algo.reward_mode`), then the overlong
+    penalty when `algo.overlong_shaping` is on. Each episode is shaped once."""
+    if ctx.algo.rewards:
+        fns = load_rewards(ctx.algo.rewards)
+        for ep in episodes:
+            apply_rewards(ep, fns, ctx.algo.reward_mode)
     if not ctx.algo.overlong_shaping:
         return
     for ep in episodes:

@@ -58,7 +58,8 @@ from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
 from ..registry import Registry
 from ..types import Episode
-from .controllers import RolloutContext, RolloutResult, record_spend, shape_rewards, spend_limit
+from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, record_spend, shape_rewards,
+                          spend_limit)
 from .tree import Node, Tree
 
 # ----------------------------------------------------------------------------- RNG
@@ -148,7 +149,7 @@ def branch_episode(src: Episode, node: Node) -> Episode:
                  turns=[replace(t) for t in src.turns[:k]], segment_index=[-1] * pos,
                  answer=src.answer, meta={kk: v for kk, v in src.meta.items()
                                           if not kk.startswith("focus_") and kk not in
-                                          ("reward_raw", "overlong_penalty")},
+                                          SHAPED_KEYS},
                  num_tool_calls=node.tool_calls)
     inherit_windows(ep, src, pos)
     return ep

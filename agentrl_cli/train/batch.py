@@ -148,7 +148,7 @@ def trim(batch: Batch) -> Batch:
 
 
 def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512,
-            pack: bool | str = False, logprobs: bool = True):
+            pack: bool | str = False, logprobs: bool = True, entropy: bool = False):
     """-> (logprobs [b, L] or None, values [b, L] or None) aligned with input_ids (position 0 = 0).
 
     `chunk`: tokens per log-prob chunk (see `logprobs_from_hidden`; 0 = whole sequence).
@@ -161,28 +161,34 @@ def forward(model, critic, mb: Batch, temperature: float, chunk: int = 512,
     Log-probs are computed for policy tokens only (`mb.response_mask`, all a loss, a KL term or
     a scoring pass reads) and are 0 elsewhere: the LM head runs on about a tenth of an agent
     episode's tokens.
+    `entropy` (with `logprobs`): -> (logprobs, values, entropies [b, L]): the policy's entropy
+    at each policy token's position, from the same logits (`models.sequences`), 0 elsewhere.
     The inputs go to the model's device; the outputs stay there."""
     dev = next(model.parameters()).device
     ids = mb.input_ids.to(dev)
     policy = mb.response_mask.to(dev) > 0
     window = mb.window_index.to(dev) if mb.window_index is not None else None
     if pack == "tree" and _tree_packable(model, critic, window):
-        return _tree_forward(model, critic, mb, dev, policy, temperature, chunk, logprobs)
+        return _tree_forward(model, critic, mb, dev, policy, temperature, chunk, logprobs,
+                             entropy)
     if pack and _packable(model, critic, window):
         return _packed_forward(model, critic, ids, mb.attention_mask.to(dev), policy, temperature,
-                               chunk, logprobs)
+                               chunk, logprobs, entropy)
     need_h = logprobs or (critic is not None and not is_separate(critic))
     h = hidden_states(model, ids, mb.attention_mask.to(dev), window) if need_h else None
-    lp = None
+    lp = ent = None
     if logprobs:
-        lp = logprobs_from_hidden(model, h, ids, temperature, chunk, where=policy[:, 1:])
+        lp = logprobs_from_hidden(model, h, ids, temperature, chunk, where=policy[:, 1:],
+                                  entropy=entropy)
+        lp, ent = lp if entropy else (lp, None)
         lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+        ent = torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1) if entropy else None
     values = None
     if critic is not None:
         hv = critic_hidden(critic, h, ids, mb.attention_mask.to(dev), window)
         v = critic(hv[:, :-1].float()).squeeze(-1)
         values = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
-    return lp, values
+    return (lp, values, ent) if entropy else (lp, values)
 
 
 def _packable(model, critic, window) -> bool:
@@ -192,21 +198,23 @@ def _packable(model, critic, window) -> bool:
 
 
 def _packed_forward(model, critic, ids, attn, policy, temperature: float, chunk: int,
-                    logprobs: bool):
+                    logprobs: bool, entropy: bool = False):
     flat, pos, bounds = pack_rows(ids, attn)
     separate = is_separate(critic)
     need_h = logprobs or (critic is not None and not separate)
     h = packed_hidden_states(model, flat, pos, bounds) if need_h else None     # [1, T, H]
-    lp = values = None
+    lp = values = ent = None
     if logprobs:
         # a policy token never starts an episode, so no needed entry crosses into the next row
         where = policy[attn.bool()][None, 1:]
-        lp = unpack_next(logprobs_from_hidden(model, h, flat, temperature, chunk, where)[0],
-                         attn, bounds)
+        out = logprobs_from_hidden(model, h, flat, temperature, chunk, where, entropy)
+        lp, ent = out if entropy else (out, None)
+        lp = unpack_next(lp[0], attn, bounds)
+        ent = unpack_next(ent[0], attn, bounds) if entropy else None
     if critic is not None:
         hv = packed_hidden_states(critic.model, flat, pos, bounds) if separate else h
         values = unpack_next(critic(hv[0, :-1].float()).squeeze(-1), attn, bounds)
-    return lp, values
+    return (lp, values, ent) if entropy else (lp, values)
 
 
 def _tree_packable(model, critic, window) -> bool:
@@ -216,7 +224,7 @@ def _tree_packable(model, critic, window) -> bool:
 
 
 def _tree_forward(model, critic, mb: Batch, dev, policy, temperature: float, chunk: int,
-                  logprobs: bool):
+                  logprobs: bool, entropy: bool = False):
     """`forward` over the micro-batch's prefix tree: each distinct token is forwarded once;
     a row's outputs are gathered from its tokens' (autograd sums their gradients back)."""
     attn = mb.attention_mask
@@ -230,14 +238,17 @@ def _tree_forward(model, critic, mb: Batch, dev, policy, temperature: float, chu
     separate = is_separate(critic)
     need_h = logprobs or (critic is not None and not separate)
     h = tree_hidden_states(model, flat, pos, mask) if need_h else None       # [T, H]
-    lp = values = None
+    lp = values = ent = None
     if logprobs:
         where = torch.zeros(flat.shape[0], dtype=torch.bool, device=dev)
         where[index[policy & real]] = True
-        lp_flat = tree_next_logprobs(model, h, flat, parent, temperature, chunk, where)
+        out = tree_next_logprobs(model, h, flat, parent, temperature, chunk, where, entropy)
+        lp_flat, ent_flat = out if entropy else (out, None)
         lp = torch.where(real & policy, lp_flat[at], lp_flat.new_zeros(()))
+        if entropy:
+            ent = torch.where(real & policy, ent_flat[at], ent_flat.new_zeros(()))
     if critic is not None:
         hv = tree_hidden_states(critic.model, flat, pos, mask) if separate else h
         v_flat = critic(hv.index_select(0, parent.clamp(min=0)).float()).squeeze(-1)
         values = torch.where(real, v_flat[at], v_flat.new_zeros(()))
-    return lp, values
+    return (lp, values, ent) if entropy else (lp, values)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,8 +199,38 @@ def update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
         return _update(learner, batch, cfg, step)
 
 
+def lr_factor(tr, step: int) -> float:
+    """The learning-rate multiplier at training step `step` (1-based) of `tr` (the train
+    section): `tr.warmup_steps` steps of linear warm-up from 0 (step s at s / warmup_steps),
+    then `tr.lr_schedule` over the remaining steps up to `tr.steps`: constant 1, linear from 1
+    down to 1 / (steps - warmup) at the last step, cosine half a period from 1 toward 0. A
+    function of the step alone, so a resumed run continues the schedule exactly."""
+    w, n = tr.warmup_steps, tr.steps
+    if step <= w:
+        return step / w
+    if tr.lr_schedule == "constant":
+        return 1.0
+    progress = (step - w - 1) / max(1, n - w)
+    if tr.lr_schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def set_lr(learner: Learner, cfg: RunConfig, step: int) -> float:
+    """Set the optimiser's rates for `step` (`lr_factor`): the policy's group from `train.lr`,
+    the critic's own group (`train.critic_lr`, when it has one) from its rate, both scaled
+    alike. -> the policy's rate."""
+    factor = lr_factor(cfg.train, step)
+    groups = learner.optimizer.param_groups
+    bases = [cfg.train.lr] + [cfg.train.critic_lr] * (len(groups) - 1)
+    for group, base in zip(groups, bases):
+        group["lr"] = base * factor
+    return groups[0]["lr"]
+
+
 def _update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     algo, tr = dataclasses.replace(cfg.algo, agg_norm=cfg.agg_norm), cfg.train  # 0 -> the run's cap
+    lr = set_lr(learner, cfg, step)
     learner.model.train()
     critic_mode(learner.critic, True)
     rng = random.Random(step_seed(cfg.seed, step, salt=2))
@@ -231,6 +262,7 @@ def _update(learner: Learner, batch: Batch, cfg: RunConfig, step: int) -> dict:
     critic_mode(learner.critic, False)
     out = {k: v / count for k, v in sums.items()}
     out["old_logprobs/engine"] = tokens[0] / max(tokens[1], 1.0)
+    out["lr"] = lr
     return out
 
 
@@ -258,14 +290,15 @@ def _minibatch_step(learner: Learner, batch: Batch, rows: list[int], cfg: RunCon
         # seq-mean, token-sum-norm: per-row terms, so the micro-batch's share of rows
         weight = (float(m.response_mask.sum()) / n_tok if algo.agg == "token-mean"
                   else _rows(m.response_mask, algo.agg) / n_rows)
-        lp, values = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
-                             tr.logprob_chunk, pack)
+        lp, values, ent = forward(learner.model, learner.critic, m, cfg.rollout.temperature,
+                                  tr.logprob_chunk, pack, entropy=True)
         if defer:
             from_engine = _old_from_engine(m, lp, tr.logprob_tolerance)
             batch.old_logprobs[[rows[i] for i in micro], :lp.shape[1]] = lp.detach().float().cpu()
             n = float(m.response_mask.sum())
             tokens[0], tokens[1] = tokens[0] + n * from_engine, tokens[1] + n
         total, st = _micro_loss(learner, m, lp, values, algo, weight, n_val, critic_only)
+        total = _entropy_term(total, st, ent, m, algo, weight, n_tok, critic_only)
         total.backward()
         for key, (v, w) in st.items():   # each stat by its own micro-batch share
             stats[key] = stats.get(key, 0.0) + float(v) * w
@@ -295,6 +328,20 @@ def clip_grads(learner: Learner, max_norm: float) -> dict[str, float]:
     return out
 
 
+def _entropy_term(total, stats: dict, ent, m: Batch, algo, weight: float, n_tok: float,
+                  critic_only: bool):
+    """`total` less the entropy bonus (`algo.entropy_coef` x the entropy aggregated as the
+    policy loss, when > 0 and the policy trains); `stats["policy/entropy"]`: the micro-batch's
+    mean entropy over policy tokens, weighted by its share of the minibatch's policy tokens."""
+    mask = m.response_mask
+    stats["policy/entropy"] = (losses.aggregate(ent.detach(), mask, "token-mean"),
+                               float(mask.sum()) / n_tok)
+    if algo.entropy_coef > 0 and not critic_only:
+        bonus = losses.aggregate(ent, mask, algo.agg, algo.agg_norm)
+        total = total - algo.entropy_coef * bonus * weight
+    return total
+
+
 def _micro_loss(learner: Learner, m: Batch, lp, values, algo, weight: float, n_val: float,
                 critic_only: bool):
     """One micro-batch's weighted loss (policy, KL to the reference, critic) and its stats, each
@@ -304,7 +351,8 @@ def _micro_loss(learner: Learner, m: Batch, lp, values, algo, weight: float, n_v
     loss, st = POLICY_LOSSES.get(algo.loss)(lp, m, algo)
     total = loss.detach() * 0.0 if critic_only else loss * weight
     if learner.reference is not None and algo.kl_coef > 0 and not critic_only:
-        kl = losses.aggregate(losses.kl_k3(lp, m.ref_logprobs, m.response_mask),
+        kl = losses.aggregate(losses.kl_penalty(lp, m.ref_logprobs, m.response_mask,
+                                                algo.kl_estimator),
                               m.response_mask, algo.agg, algo.agg_norm)
         total = total + algo.kl_coef * kl * weight
         st["kl/ref"] = kl.detach()

@@ -19,8 +19,9 @@ from ..errors import ConfigError
 
 def check_names(cfg: RunConfig) -> RunConfig:
     """Unknown env / engine / estimator / loss / controller / FOCUS allocator / context
-    operator -> one `RegistryError` line listing the valid ones; an unknown FOCUS gain, or a
-    controller that cannot run where `rollout.workers` puts it -> one `ConfigError` line.
+    operator -> one `RegistryError` line listing the valid ones; an unknown FOCUS gain, a
+    reward function that does not load, or a controller that cannot run where
+    `rollout.workers` puts it -> one `ConfigError` line.
     Returns `cfg`."""
     from ..context import OPERATORS
     from ..credit.estimators import ESTIMATORS
@@ -41,6 +42,10 @@ def check_names(cfg: RunConfig) -> RunConfig:
     if a.focus_gain not in GAIN_KINDS:
         raise ConfigError(f"algo.focus_gain must be one of {', '.join(GAIN_KINDS)}, "
                           f"got '{a.focus_gain}'")
+    if a.rewards:                         # the reward functions import, before any work
+        from ..rollout.rewards import load_rewards
+
+        load_rewards(a.rewards)
     check_placement(cfg)
     return cfg
 

@@ -1,0 +1,131 @@
+"""Reward functions of the episode (`algo.rewards`, `agentrl train --reward FILE.py:fn`): each
+scores a finished episode with a float, weighted and added to the env's outcome reward (or,
+with `algo.reward_mode=replace`, instead of it). They are applied where every controller
+shapes an episode's reward (`controllers.shape_rewards`: linear groups, VinePPO's episodes and
+continuations, every FOCUS path when it lands as a leaf), so every estimator's credit reads
+the same reward. docs/rewards.md is the user's page.
+
+A function is called with keywords, and receives those of its parameters among `EPISODE_ARGS`
+(all of them with `**kwargs`). The functions are loaded with the env's loader
+(`envs.plugins.load_spec`), once per process.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..envs import plugins
+from ..errors import ConfigError
+from ..types import Episode
+
+# what a reward function may ask for, by parameter name
+EPISODE_ARGS = ("messages", "tool_calls", "answer", "gold", "reward", "success", "finish",
+                "task_id", "episode")
+
+
+@dataclass(frozen=True)
+class RewardFn:
+    """One loaded reward function of `algo.rewards`."""
+
+    name: str                     # its metric is reward/<name>
+    spec: str                     # file.py:fn or module:fn, as recorded in the run's config
+    weight: float
+    fn: Callable[..., Any]
+    params: tuple[str, ...]       # the EPISODE_ARGS it takes
+
+
+def _params(spec: str, fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The EPISODE_ARGS `fn` takes (all with **kwargs); a parameter it requires that is not
+    one of them is a one-line error."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return EPISODE_ARGS
+    ps = sig.parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in ps):
+        return EPISODE_ARGS
+    named = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [p.name for p in ps if p.name not in EPISODE_ARGS and p.default is p.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if unknown:
+        raise ConfigError(f"reward '{spec}': parameter '{unknown[0]}' is not one a reward "
+                          f"function gets ({', '.join(EPISODE_ARGS)}, or **kwargs; a TRL "
+                          "reward function adapts in a few lines: docs/rewards.md)")
+    return tuple(n for n in named if n in EPISODE_ARGS)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(name: str, spec: str, weight: float) -> RewardFn:
+    fn = plugins.load_spec(spec, "reward")
+    if not callable(fn):
+        raise ConfigError(f"reward '{spec}' is a {type(fn).__name__}, not a function")
+    return RewardFn(name, spec, weight, fn, _params(spec, fn))
+
+
+def load_rewards(entries: list[dict]) -> tuple[RewardFn, ...]:
+    """The functions of `algo.rewards` (entries as `config.reward_specs` gives them)."""
+    return tuple(_load(e["name"], e["fn"], float(e["weight"])) for e in entries)
+
+
+def episode_args(ep: Episode) -> dict[str, Any]:
+    """What a reward function may read of a finished episode: `messages` (the conversation as
+    chat messages: user question, assistant messages, tool replies), `tool_calls` (the turns
+    the env read as a tool call: {"name", "text"}), `answer` (the model's final answer, "" if
+    none), `gold` (the task's gold answer), `reward` (the env's own), `success` (the env's
+    verdict), `finish` (answer | max_turns | max_tokens | env_error), `task_id`, `episode`."""
+    messages = [{"role": "user", "content": ep.question}]
+    for t in ep.turns:
+        messages.append({"role": "assistant", "content": t.action})
+        if t.observation:
+            messages.append({"role": "tool", "content": t.observation})
+    calls = [{"name": t.tool, "text": t.action} for t in ep.turns
+             if t.tool and t.tool != "answer"]
+    return {"messages": messages, "tool_calls": calls, "answer": ep.model_answer,
+            "gold": ep.answer, "reward": ep.meta.get("reward_env", ep.reward),
+            "success": ep.success, "finish": ep.finish, "task_id": ep.task_id, "episode": ep}
+
+
+def score(r: RewardFn, args: dict[str, Any]) -> float:
+    """`r`'s value on an episode; an exception or a value that is not a finite number is a
+    one-line error naming the function and the task."""
+    where = f"reward '{r.name}' ({r.spec}) on task {args['task_id']}"
+    try:
+        value = r.fn(**{k: args[k] for k in r.params})
+    except Exception as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
+        raise ConfigError(f"{where} raised {type(e).__name__}: {' '.join(str(e).split())}") from e
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} returned {type(value).__name__} {value!r:.60}, not a "
+                          "number") from None
+    if isinstance(value, bool) or not math.isfinite(out):
+        raise ConfigError(f"{where} returned {value!r}, not a finite number")
+    return out
+
+
+def apply_rewards(ep: Episode, fns: tuple[RewardFn, ...], mode: str) -> None:
+    """Score a finished episode once: `ep.meta["rewards"]` holds each function's value,
+    `ep.meta["reward_env"]` the env's reward, and `ep.reward` becomes the env's reward (mode
+    add, 0 with replace) plus each weight x value."""
+    if not fns or "reward_env" in ep.meta:
+        return
+    args = episode_args(ep)
+    values = {r.name: score(r, args) for r in fns}
+    ep.meta["reward_env"], ep.meta["rewards"] = ep.reward, values
+    base = ep.reward if mode == "add" else 0.0
+    ep.reward = base + sum(r.weight * values[r.name] for r in fns)
+
+
+def reward_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """The step's mean of each reward function's value (`reward/<name>`) and of the env's own
+    reward (`reward/env`) over `episodes`; empty when no function scored them."""
+    scored = [e for e in episodes if "rewards" in e.meta]
+    if not scored:
+        return {}
+    out = {"reward/env": sum(e.meta["reward_env"] for e in scored) / len(scored)}
+    for name in scored[0].meta["rewards"]:
+        out[f"reward/{name}"] = sum(e.meta["rewards"][name] for e in scored) / len(scored)
+    return out

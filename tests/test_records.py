@@ -1,0 +1,193 @@
+"""docs/records and the pages built from them: the README's and results.md's generated sections
+agree with the records, a planted mismatch (in a page or in a record) is caught, the verdict
+words follow the declared standard, and run folders become a record without hand typing."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl_cli.reporting import records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _methods_table():
+    spec = importlib.util.spec_from_file_location("methods_table", ROOT / "benchmarks" / "methods_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The pages and records in a scratch repository root."""
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
+    shutil.copytree(ROOT / "docs" / "records", tmp_path / "docs" / "records")
+    return tmp_path
+
+
+def test_pages_agree_with_the_records():
+    """`python -m agentrl_cli.reporting.records` rewrites these sections; run it after adding
+    or changing a record."""
+    assert records.stale(ROOT) == []
+    for page in records.PAGES:
+        text = (ROOT / page).read_text()
+        assert records.SECTION.search(text), f"{page} has no generated section"
+
+
+def test_every_results_table_comes_from_a_record():
+    text = (ROOT / "docs" / "results.md").read_text()
+    keys = records.SECTION.findall(text)
+    names = {p.stem for p in (ROOT / "docs" / "records").glob("*.json")}
+    assert {k.split(":", 1)[1] for k in keys if k.startswith("table:")} <= names
+    # every record is shown on the results page
+    assert names <= {k.split(":", 1)[1] for k in keys if k.startswith("table:")}
+
+
+def test_a_number_edited_in_a_page_is_caught(tmp_path):
+    root = _copy(tmp_path)
+    readme = (root / "README.md").read_text()
+    assert "| 1.22x |" in readme
+    (root / "README.md").write_text(readme.replace("| 1.22x |", "| 1.19x |", 1))
+    assert records.stale(root) == ["README.md"]
+    results = (root / "docs" / "results.md").read_text()
+    assert "| +0.7 ± 0.8 | level |" in results
+    (root / "docs" / "results.md").write_text(results.replace("| +0.7 ± 0.8 | level |",
+                                                              "| +2.1 ± 1.0 | ahead |", 1))
+    assert records.stale(root) == ["README.md", "docs/results.md"]
+    records.write(root)
+    assert records.stale(root) == []
+    assert "| 1.22x |" in (root / "README.md").read_text()
+
+
+def test_a_number_edited_in_a_record_is_caught(tmp_path):
+    root = _copy(tmp_path)
+    path = root / "docs" / "records" / "search-main.json"
+    rec = json.loads(path.read_text())
+    rec["arms"][1]["per_seed"]["wall_s"][0] = 300          # focus seed 0: 208 -> 300 s
+    path.write_text(json.dumps(rec))
+    assert records.stale(root) == ["README.md", "docs/results.md"]
+    records.write(root)
+    assert "| 1.41x |" in (root / "README.md").read_text()   # (300 + 210 + 175) / 486
+
+
+def test_a_transcription_that_does_not_give_its_summary_is_refused(tmp_path):
+    root = _copy(tmp_path)
+    path = root / "docs" / "records" / "methods-search.json"
+    rec = json.loads(path.read_text())
+    focus = next(a for a in rec["arms"] if a["name"] == "focus")
+    focus["per_seed"]["mean_of_checks"][0] = 0.692          # the page printed 0.606 ± 0.019
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="focus: per-seed mean_of_checks"):
+        records.load_records(root / "docs" / "records")
+    focus["per_seed"]["mean_of_checks"] = [0.6]            # one value for three seeds
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="1 values of mean_of_checks for 3 seeds"):
+        records.load_records(root / "docs" / "records")
+
+
+def _rec(diffs_vs: list[float], tokens: float = 100.0) -> dict:
+    """A record whose arm `a` differs from `ref` by `diffs_vs` (fractions) seed by seed."""
+    ref = [0.5, 0.6, 0.7]
+    return {"budget": 100, "arms": [
+        {"name": "ref", "label": "ref", "seeds": [0, 1, 2],
+         "per_seed": {"mean_of_checks": ref, "tokens_per_step": [100, 100, 100]}},
+        {"name": "a", "label": "a", "seeds": [0, 1, 2], "reference": "ref",
+         "per_seed": {"mean_of_checks": [r + d for r, d in zip(ref, diffs_vs)],
+                      "tokens_per_step": [tokens] * 3}}]}
+
+
+def test_verdict_words_follow_the_standard():
+    ahead = _rec([0.10, 0.12, 0.08])                 # +10.0 ± 1.2 points
+    mean, se = records.paired(ahead, ahead["arms"][1], "mean_of_checks")
+    assert abs(mean - 10.0) < 1e-9 and abs(se - 2 / 3 ** 0.5) < 1e-9
+    assert records.verdict(ahead, ahead["arms"][1]) == "ahead"
+    assert records.verdict(*(lambda r: (r, r["arms"][1]))(_rec([0.10, -0.10, 0.0]))) == "level"
+    assert records.verdict(*(lambda r: (r, r["arms"][1]))(_rec([-0.05, -0.06, -0.04]))) == "behind"
+    # the same lead at 16% more tokens is no verdict; within 5% it is
+    over = _rec([0.10, 0.12, 0.08], tokens=116)
+    assert records.verdict(over, over["arms"][1]) == "off the budget (+16% tokens)"
+    assert records.verdict(*(lambda r: (r, r["arms"][1]))(_rec([0.10, 0.12, 0.08], 104))) == "ahead"
+    # a summary the measuring table printed wins over rounded per-seed values
+    given = _rec([0.004, 0.010, 0.006])
+    assert records.cell(given, given["arms"][1], "vs_ref") == "+0.7 ± 0.2"
+    given["arms"][1]["given"] = {"vs_ref": [0.6, 0.2]}
+    assert records.cell(given, given["arms"][1], "vs_ref") == "+0.6 ± 0.2"
+    assert records.check_record({**given, "title": "t", "date": "d", "build": "b", "env": "e",
+                                 "steps": 1, "commands": [], "source": "s"}) == []
+
+
+def test_windows_are_printed_as_exploration_not_verdict():
+    rec = json.loads((ROOT / "docs" / "records" / "search-long-200.json").read_text())
+    text = records.record_table(rec)
+    table, _, after = text.partition("\nExploration")
+    assert "checks 110-200" not in table and "checks 110-200 +2.1 ± 1.0" in after
+    assert "not a verdict" in after
+
+
+def _run(root: Path, method: str, seed: int, checks: list[float], wall: float) -> Path:
+    run = root / "cells" / method / f"seed-{seed}"
+    run.mkdir(parents=True)
+    rows = [{"step": 0, "eval/success": checks[0], "eval/tokens_per_question": 40.0}]
+    for i, c in enumerate(checks[1:], 1):
+        rows.append({"step": i, "rollout/tokens": 100 + seed, "time/step": 1.0,
+                     "eval/success": c, "eval/tokens_per_question": 41.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").write_text(json.dumps({
+        "method": method, "seed": seed, "env": "search", "steps": len(checks) - 1,
+        "budget_tokens": 101, "wall_seconds": wall}))
+    return run
+
+
+def test_a_record_from_run_folders(tmp_path):
+    """`methods_table.py --record` reads the run folders and writes a record the pages take."""
+    runs = tmp_path / "sweep"
+    for seed, (g, f) in enumerate([([0.3, 0.4, 0.6], [0.3, 0.5, 0.7]),
+                                   ([0.3, 0.5, 0.7], [0.3, 0.62, 0.82]),
+                                   ([0.3, 0.6, 0.8], [0.3, 0.66, 0.9])]):
+        _run(runs, "grpo", seed, g, 150.0 + seed)
+        _run(runs, "focus", seed, f, 180.0 + seed)
+    out = tmp_path / "rec.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "methods_table.py"),
+                          "--record", str(out), "--command", "agentrl ablate --method focus,grpo",
+                          str(runs)], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(out.read_text())
+    assert records.check_record(rec) == []
+    assert (rec["env"], rec["steps"], rec["budget"]) == ("search", 2, 101)
+    assert rec["commands"][0] == "agentrl ablate --method focus,grpo"
+    focus = next(a for a in rec["arms"] if a["name"] == "focus")
+    assert focus["reference"] == "grpo" and focus["seeds"] == [0, 1, 2]
+    assert focus["per_seed"]["mean_of_checks"] == pytest.approx([0.6, 0.72, 0.78])
+    assert focus["per_seed"]["wall_s"] == [180.0, 181.0, 182.0]
+    table = records.record_table(rec)
+    assert "| `focus` | 0-2 | 0.700 ± 0.092 | +50.7 ± 10.1 | +10.0 ± 1.2 | ahead | +10.7 ± 0.7 |" in table
+    assert records.wall_ratio(rec, "focus", "grpo") == pytest.approx(543 / 453)
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "methods_table.py"),
+                          "--record", str(out), "--checks", "1-1", str(runs)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "exploration" in bad.stderr
+
+
+def test_the_check_command_names_a_stale_page(tmp_path):
+    root = _copy(tmp_path)
+    (root / "README.md").write_text((root / "README.md").read_text().replace("| 1.22x |", "| 9x |"))
+    res = subprocess.run([sys.executable, "-m", "agentrl_cli.reporting.records", "--check"],
+                         capture_output=True, text=True, cwd=root)
+    assert res.returncode == 1 and res.stdout.startswith("README.md: generated sections disagree")
+
+
+def test_other_pages_quote_the_records_budgets():
+    """The guides quote a budget in prose; it is the records' matched budget."""
+    recs = records.load_records(ROOT / "docs" / "records")
+    long_budget = recs[records.LONG]["budget"]
+    assert f"budget ({long_budget:,} generated tokens" in (ROOT / "docs" / "envs.md").read_text()
+    main_budget = recs[records.METHODS]["budget"]
+    assert f"tokens per step at its budget of {main_budget:,}" in (ROOT / "docs" / "methods.md").read_text()
