@@ -43,7 +43,9 @@ class ModelConfig:
     tiny_error_rate: float = 0.15
     """Tiny model: how often the warm-up's demonstrator opens a wrong search result and follows it (per hop, so imitation succeeds about (1 - rate)^hops of the time)."""
     chat_template: str = ""
-    """A Jinja file replacing the tokenizer's chat template (which must render the `tool` role and be prefix-stable: docs/your-model.md). Empty: the model folder's own."""
+    """A Jinja file replacing the tokenizer's chat template (which must render the `tool` role and end an assistant message with a stop token: docs/your-model.md). Empty: the model folder's own."""
+    tool_format: str = "text"
+    """How the model calls tools: `text` (the built-in envs' `tool(argument)` syntax, described in the system prompt) | `hermes` (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, Qwen2.5/Qwen3/Hermes) | `llama3-json` (`{"name": ..., "parameters": {...}}`, Llama 3.1/3.2). With a JSON format the env's tool schemas are rendered by the chat template (`tools=`) and a malformed call is an error observation (docs/your-model.md)."""
     lora_rank: int = 0
     """LoRA adapter rank (0: off, the whole model trains). > 0: the policy is wrapped with PEFT (`pip install peft`) and only the adapters train; the reference model is the base with adapters disabled; checkpoints hold the adapters."""
     lora_alpha: float = 16.0
@@ -351,6 +353,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.critic": ("head", "detached", "separate"),
     "model.device": ("auto", "cpu", "cuda"),
+    "model.tool_format": ("text", "hermes", "llama3-json"),
     "model.attention": ("eager", "sdpa", "flex_attention", "flash_attention_2", "sink_sdpa", "sink_flex"),
     "env.relations": ("single", "full"),
     "env.repos": ("per-task", "shared"),

@@ -122,7 +122,7 @@ def test_llama_family_trains_two_grpo_steps_and_its_checkpoint_evaluates(llama_d
 
 def test_llama_episodes_round_trip_through_the_template(llama_dir):
     """Token-in, token-out: prompt + action + observation ids equal the ids of the rendered
-    conversation (the template is prefix-stable, the observation wrap derived from it)."""
+    conversation (this template is prefix-stable; each observation is its delta)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(llama_dir)
@@ -140,7 +140,6 @@ def test_llama_episodes_round_trip_through_the_template(llama_dir):
 @pytest.mark.parametrize("template, needle", [
     (None, "has no chat template"),
     (NO_TOOL, "drops the `tool` role"),
-    (UNSTABLE, "is not prefix-stable"),
     ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}",
      "does not end an assistant message with a stop token"),
 ])
@@ -150,6 +149,7 @@ def test_a_template_lacking_what_episodes_need_is_named(template, needle):
     with pytest.raises(ConfigError, match="model.chat_template=PATH"):
         ChatFormat.from_tokenizer(tok)
     assert template_problem(_tokenizer(TEMPLATE)) is None
+    assert template_problem(_tokenizer(UNSTABLE)) is None     # earlier turns re-render: fine
 
 
 def test_template_errors_exit_2_and_model_chat_template_fixes_them(tmp_path):
@@ -164,11 +164,11 @@ def test_template_errors_exit_2_and_model_chat_template_fixes_them(tmp_path):
     cfg = config.load(sets=[*MICRO, f"model.name={bad}", f"model.chat_template={jinja}"])
     model, tok, fmt, _ = load_policy(cfg, log=lambda s: None)
     assert tok.chat_template == TEMPLATE and fmt.stop_ids == (tok.eos_token_id,)
-    unstable = tmp_path / "unstable.jinja"
+    unstable = tmp_path / "unstable.jinja"      # re-renders earlier turns: each delta is taken
     unstable.write_text(UNSTABLE)
-    with pytest.raises(ConfigError, match=f"model.chat_template {unstable}: chat template is not prefix-stable"):
-        load_policy(config.load(sets=[*MICRO, f"model.name={bad}", f"model.chat_template={unstable}"]),
-                    log=lambda s: None)
+    _, tok, fmt, _ = load_policy(config.load(sets=[*MICRO, f"model.name={bad}",
+                                                   f"model.chat_template={unstable}"]), log=lambda s: None)
+    assert tok.decode(fmt.observation_ids("found y")) == "\n<s>[tool] found y</s>\n<s>[assistant] "
     with pytest.raises(ConfigError, match="model.chat_template: no file"):
         load_policy(config.load(sets=[*MICRO, f"model.name={bad}",
                                       f"model.chat_template={tmp_path / 'none.jinja'}"]),

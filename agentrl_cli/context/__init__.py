@@ -39,13 +39,16 @@ def make_spec(cfg):
     """The env spec of a `RunConfig`: the one place it is built (training, evaluation,
     `agentrl rollout`, ablate and diagnostics call it). The env's factory takes the options of
     the env section it declares (`envs.base.make_env_spec`, as the tiny model's builder does).
-    Its envs are checked on every step (`envs.guard`: types, reward range, timeout,
+    Its envs take tool calls in `model.tool_format` (`envs.tool_calls`; unchanged for `text`),
+    are checked on every step (`envs.guard`: types, reward range, timeout,
     observation size) and run under the configured context operator (`wrap_spec`; unchanged
     for `none`)."""
     from ..envs.base import make_env_spec
     from ..envs.guard import guard_spec
+    from ..envs.tool_calls import tool_spec
 
-    return wrap_spec(guard_spec(make_env_spec(cfg.env), cfg.env), cfg.context)
+    spec = tool_spec(make_env_spec(cfg.env), cfg.model.tool_format, cfg.env.name)
+    return wrap_spec(guard_spec(spec, cfg.env), cfg.context)
 
 
 __all__ = ["OPERATORS", "Compaction", "ContextEnv", "ContextOperator", "ContextSpec", "Workspace",

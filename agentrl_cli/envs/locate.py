@@ -31,6 +31,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import ENVS, Task, env_factory
 from .calls import CallEnv, check_call_cost
+from .tool_calls import function_tool
 
 __all__ = [
     "Repo",
@@ -49,6 +50,16 @@ SYSTEM_PROMPT = ("Find the file to fix. One call per message: ls(path), grep(tex
 MALFORMED = "error: use ls(path), grep(text), open(path) or answer(files)"
 OUTSIDE = "error: path outside the repository"
 TOOLS = ("ls", "grep", "open", "answer")
+# the tools as JSON schemas, for models that call tools in their own format (model.tool_format)
+TOOL_SCHEMAS = (
+    function_tool("ls", "List a folder's entries.", path=("string", "a folder, relative to the root; . is the root")),
+    function_tool("grep", "Find up to 5 lines containing the text (case-insensitive), as `path: line`.",
+                  text=("string", "the literal text to find")),
+    function_tool("open", "Open a file; returns its text.", path=("string", "a file, relative to the root")),
+    function_tool("answer", "Give the files to fix, best first; ends the episode.",
+                  files=("string", "comma-separated file paths, best first")),
+)
+TOOLS_SYSTEM_PROMPT = "Find the file to fix using the tools, one call per message; end with answer."
 GREP_HITS = 5
 MAX_HOPS = 5
 MIN_FILES, MAX_FILES = 8, 200
@@ -360,6 +371,8 @@ class LocateSpec:
     """The "locate" env spec: deterministic train/eval tasks (one repository each), the expert."""
 
     name = "locate"
+    tool_schemas = TOOL_SCHEMAS
+    tools_system_prompt = TOOLS_SYSTEM_PROMPT
 
     def __init__(self, seed: int = 0, n_files: int = 48, min_hops: int = 2, max_hops: int = 3,
                  n_train: int = 600, n_eval: int = 200, max_turns: int = 12,

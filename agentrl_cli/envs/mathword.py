@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import ENVS, Task, env_factory
 from .calls import CallEnv, CallSpec
+from .tool_calls import function_tool
 
 __all__ = [
     "CalcError",
@@ -46,6 +47,14 @@ SYSTEM_PROMPT = ("Solve the problem using tools, one call per message: "
                  "calc(expression), answer(number).")
 MALFORMED = "error: use calc(expression) or answer(number)"
 TOOLS = ("calc", "answer")
+# the tools as JSON schemas, for models that call tools in their own format (model.tool_format)
+TOOL_SCHEMAS = (
+    function_tool("calc", "Exact arithmetic over + - * / ** and parentheses.",
+                  expression=("string", "e.g. (3*12+5)/4")),
+    function_tool("answer", "Give the final answer; ends the episode.",
+                  number=("number", "the answer")),
+)
+TOOLS_SYSTEM_PROMPT = "Solve the problem using the tools, one call per message; end with answer."
 MAX_HOPS = 5
 
 # ------------------------------------------------------------------------------ calculator
@@ -375,6 +384,8 @@ class MathSpec(CallSpec):
     (options and tasks: see `CallSpec`)."""
 
     name = "math"
+    tool_schemas = TOOL_SCHEMAS
+    tools_system_prompt = TOOLS_SYSTEM_PROMPT
     env_class = MathEnv
     hops_limit = MAX_HOPS
     build = staticmethod(_tasks)

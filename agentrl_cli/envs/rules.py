@@ -29,6 +29,7 @@ from typing import Any
 
 from .base import ENVS, Task, env_factory
 from .calls import CallEnv, CallSpec
+from .tool_calls import function_tool
 from .mathword import CalcError, calculate, check_answer, format_number
 
 __all__ = [
@@ -46,6 +47,17 @@ SYSTEM_PROMPT = ("Answer the case question using tools, one call per message: se
                  "rule(id), calc(expression), answer(text).")
 MALFORMED = "error: use search(query), rule(id), calc(expression) or answer(text)"
 TOOLS = ("search", "rule", "calc", "answer")
+# the tools as JSON schemas, for models that call tools in their own format (model.tool_format)
+TOOL_SCHEMAS = (
+    function_tool("search", "Search the rulebook; returns up to 3 rules, one `id title` per line.",
+                  query=("string", "words to search for, e.g. bag fee")),
+    function_tool("rule", "Read a rule.", id=("string", "a rule id from a search result, e.g. R4")),
+    function_tool("calc", "Exact arithmetic over + - * / ** and parentheses.",
+                  expression=("string", "e.g. 2*35+100")),
+    function_tool("answer", "Give the final answer; ends the episode.",
+                  text=("string", "yes, no or a whole-dollar amount")),
+)
+TOOLS_SYSTEM_PROMPT = "Answer the case question using the tools, one call per message; end with answer."
 TOP_K = 3
 MAX_HOPS = 4
 
@@ -310,6 +322,8 @@ class RulesSpec(CallSpec):
     (options and tasks: see `CallSpec`)."""
 
     name = "rules"
+    tool_schemas = TOOL_SCHEMAS
+    tools_system_prompt = TOOLS_SYSTEM_PROMPT
     env_class = RulesEnv
     hops_limit = MAX_HOPS
     build = staticmethod(_tasks)

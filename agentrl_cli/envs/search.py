@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import ENVS, Task, env_factory
 from .calls import CallEnv, check_call_cost
+from .tool_calls import function_tool
 
 __all__ = [
     "Doc",
@@ -45,6 +46,16 @@ SYSTEM_PROMPT = (
     "search(query), open(doc_id), answer(text)."
 )
 MALFORMED = "error: use search(query), open(doc_id) or answer(text)"
+# the tools as JSON schemas, for models that call tools in their own format (model.tool_format)
+TOOL_SCHEMAS = (
+    function_tool("search", "Search the documents; returns the top 3, one `doc_id title` per line.",
+                  query=("string", "words to search for, e.g. an entity's name")),
+    function_tool("open", "Open a document; returns its text.",
+                  doc_id=("string", "a document id from a search result, e.g. d12")),
+    function_tool("answer", "Give the final answer; ends the episode.",
+                  text=("string", "the answer: an entity's name, copied exactly")),
+)
+TOOLS_SYSTEM_PROMPT = "Answer the question using the tools, one call per message; end with answer."
 TOP_K = 3
 
 # kind -> ordered relations (attribute name -> kind of its value)
@@ -411,6 +422,8 @@ class SearchSpec:
     """The "search" env spec: a cached world, deterministic train/eval tasks and the expert."""
 
     name = "search"
+    tool_schemas = TOOL_SCHEMAS
+    tools_system_prompt = TOOLS_SYSTEM_PROMPT
     # "lookup": one-hop questions about every entity (for warm-up demonstrations, not RL)
     splits = ("train", "eval", "lookup")
 

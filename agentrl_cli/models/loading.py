@@ -1,9 +1,10 @@
 """Load the policy (and, through the trainer, its critic and reference) from config.
 
 A model folder is any Hugging Face causal LM whose tokenizer has a chat template that renders
-the `tool` role and is prefix-stable (`chat.template_problem`; `model.chat_template=PATH`
-supplies one). With `model.lora_rank > 0` the policy is wrapped with LoRA adapters
-(`models/lora.py`); a folder of adapters (a LoRA run's checkpoint) loads over its base model.
+the `tool` role and ends an assistant message with a stop token (`chat.template_problem`;
+`model.chat_template=PATH` supplies one). With `model.lora_rank > 0` the policy is wrapped
+with LoRA adapters (`models/lora.py`); a folder of adapters (a LoRA run's checkpoint) loads
+over its base model.
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def chat_format(cfg: RunConfig, path: str):
     tok = load_tokenizer(cfg, path)
     source = (f"model.chat_template {cfg.model.chat_template}" if cfg.model.chat_template
               else f"model '{path}'")
-    return tok, ChatFormat.from_tokenizer(tok, source)
+    return tok, ChatFormat.from_tokenizer(tok, source, cfg.model.tool_format)
 
 
 def _load_weights(path: str, cfg: RunConfig, log: Callable[[str], None]):

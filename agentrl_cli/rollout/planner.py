@@ -251,7 +251,8 @@ class FocusPlanner:
         task, tree = self.tasks[g], self.trees[g]
         env = self.ctx.spec.make()
         user = env.reset(task)
-        ep = new_episode(task, g, self.ctx.fmt.prompt_ids(env.system_prompt, user))
+        prompt = self.ctx.fmt.prompt_ids(env.system_prompt, user, getattr(env, "tool_schemas", None))
+        ep = new_episode(task, g, prompt)
         start_context(ep, env)
         if not tree.nodes:
             root = tree.add(-1, 0, len(ep.token_ids), len(self.paths))

@@ -65,7 +65,7 @@ def _run_batch(engine, fmt, spec, tasks, params, max_tokens, generator,
     for task, group in tasks:
         env = spec.make()
         user = env.reset(task)
-        prompt = fmt.prompt_ids(env.system_prompt, user)
+        prompt = fmt.prompt_ids(env.system_prompt, user, getattr(env, "tool_schemas", None))
         lives.append(LiveEpisode(new_episode(task, group, prompt), env))
         start_context(lives[-1].ep, env)
         chunks.append(prompt)
@@ -106,7 +106,8 @@ def run_expert(fmt: ChatFormat, spec: EnvSpec, tasks: list[tuple[Task, int]], ma
     for task, group in tasks:
         env = spec.make()
         user = env.reset(task)
-        live = LiveEpisode(new_episode(task, group, fmt.prompt_ids(env.system_prompt, user)), env)
+        prompt = fmt.prompt_ids(env.system_prompt, user, getattr(env, "tool_schemas", None))
+        live = LiveEpisode(new_episode(task, group, prompt), env)
         while not live.done:
             action = spec.expert(env, rng, error_rate)
             ids = fmt.encode(action) + [fmt.stop_ids[0]]

@@ -261,7 +261,7 @@ def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks
     for task in spec.tasks(split, n_tasks):
         env = spec.make()
         user = env.reset(task)            # first: reset sets the task's system prompt
-        n = len(fmt.prompt_ids(env.system_prompt, user))
+        n = len(fmt.prompt_ids(env.system_prompt, user, getattr(env, "tool_schemas", None)))
         if n > longest:
             longest, where = n, task.task_id
     m = cfg.rollout.max_tokens
