@@ -277,3 +277,23 @@ def test_an_installed_packages_entry_point_env(tmp_path, monkeypatch):
         assert res.exit_code == 0 and res.stdout.startswith("ok: env 'ep-calculator'"), res.output
     finally:
         plugins.entry_points.cache_clear()
+
+
+def test_an_expert_rollout_builds_no_model(tmp_path, monkeypatch):
+    """The expert needs no model: on an env whose tiny agent is not built, `rollout --policy
+    expert` records byte-level token ids at once and says so, and nothing is built."""
+    import agentrl_cli.train.tiny_build as tb
+    from agentrl_cli.models.loading import tiny_recipe
+    from agentrl_cli.models.tiny import is_built, tiny_path
+
+    monkeypatch.setattr(tb, "ensure_model", lambda *a, **k: pytest.fail("a model was built"))
+    cfg = config.load(sets=["env.name=locate"])
+    assert not is_built(tiny_path(tiny_recipe(cfg)))
+    out = tmp_path / "e.jsonl"
+    res = runner.invoke(app, ["rollout", "--env", "locate", "--policy", "expert", "--n", "2",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "byte-level" in res.output and "no model is built" in res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["token_ids"] for r in rows)
+    assert not is_built(tiny_path(tiny_recipe(cfg)))

@@ -10,7 +10,7 @@ from ..types import Episode
 
 
 def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
-            group_size: int = 1) -> list[Episode]:
+            group_size: int = 1, log=lambda s: None) -> list[Episode]:
     from ..context import make_spec
     from .runner import run_episodes, run_expert
     from .runtime import build_runtime
@@ -21,7 +21,7 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
 
     if policy == "expert":                # no model: the env spec alone
         spec = make_spec(cfg)
-        return run_expert(expert_format(cfg, spec), spec, pairs(spec), cfg.rollout.max_tokens,
+        return run_expert(expert_format(cfg, spec, log), spec, pairs(spec), cfg.rollout.max_tokens,
                           seed=cfg.seed)
     rt = build_runtime(cfg)
     return run_episodes(rt.engine, rt.fmt, rt.spec, pairs(rt.spec), rt.params,
@@ -29,27 +29,21 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
                         torch.Generator().manual_seed(cfg.seed))
 
 
-def expert_format(cfg: RunConfig, spec):
+def expert_format(cfg: RunConfig, spec, log=lambda s: None):
     """The chat format an expert rollout records its token ids with (the expert needs no
-    model). `tiny` is built for the built-in envs; on a real benchmark's env (BFCL, a qa
-    benchmark: see benchmarks.yaml) or an env without a train split, `tiny` means a byte-level
-    tokenizer with the tiny chat template (one token per byte)."""
-    from ..errors import ConfigError
-    from ..envs.benchmarks import real_benchmark_envs
+    model, so none is built for it). With `tiny`: the tiny agent's tokenizer when that agent
+    is already built (shipped, or in the cache), else a byte-level tokenizer with the tiny chat
+    template (one token per byte), said in one line."""
     from ..models.chat import ChatFormat
-    from ..models.loading import chat_format, model_path
+    from ..models.loading import chat_format, model_path, tiny_recipe
+    from ..models.tiny import is_built, tiny_path
 
-    if cfg.model.name == "tiny":
-        bytes_only = cfg.env.name in real_benchmark_envs()
-        if not bytes_only:
-            try:
-                spec.tasks("train", 1)
-            except ConfigError:
-                bytes_only = True
-        if bytes_only:
-            from ..models.tiny import train_tokenizer
+    if cfg.model.name == "tiny" and not is_built(tiny_path(tiny_recipe(cfg))):
+        from ..models.tiny import train_tokenizer
 
-            return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0))
+        log(f"no tiny agent is built for env '{cfg.env.name}': the expert's episodes record "
+            "byte-level token ids (no model is built for an expert rollout)")
+        return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0))
     return chat_format(cfg, model_path(cfg))[1]     # model.chat_template and its checks apply
 
 

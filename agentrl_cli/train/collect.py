@@ -126,24 +126,17 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
 
 
 def _build_model(cfg: RunConfig, policy: str, split: str) -> None:
-    """Build `tiny` where the rollout needs its folder: the policy's, or the tokenizer an expert
-    rollout records with. On a real benchmark's env, or an env without a train split, an
-    expert rollout with `tiny` records bytes instead (`rollout.collect.expert_format`). An
-    unknown split is reported first, before any work."""
+    """Build `tiny` where the rollout needs its folder: the policy's. An expert rollout needs
+    no model and builds none (`rollout.collect.expert_format`). An unknown split is reported
+    first, before any work."""
     from ..context import make_spec
-    from ..envs.benchmarks import real_benchmark_envs
     from .tiny_build import ensure_model
 
-    if cfg.model.name != "tiny" or policy == "expert" and cfg.env.name in real_benchmark_envs():
+    if cfg.model.name != "tiny":
         return
-    spec = make_spec(cfg)
-    spec.tasks(split, 1)
-    if policy == "expert":
-        try:
-            spec.tasks("train", 1)
-        except ConfigError:
-            return
-    ensure_model(cfg)
+    make_spec(cfg).tasks(split, 1)
+    if policy != "expert":
+        ensure_model(cfg)
 
 
 def write_rollout(out: Path, episodes: list, trees: list | None, algo=None) -> None:
@@ -178,6 +171,6 @@ def collect_rollout(req: RolloutRequest, log: Callable[[str], None] = print) -> 
         res = Collected(cfg, eps, grown, budget)
     else:
         res = Collected(cfg, collect(cfg, n=req.n, policy=req.policy, split=req.split,
-                                     group_size=req.group_size or 1))
+                                     group_size=req.group_size or 1, log=log))
     write_rollout(req.out, res.episodes, res.trees, cfg.algo)
     return res
