@@ -179,25 +179,35 @@ ESTIMATE_AFTER_STEPS = 3     # steps of the first run the sweep's time estimate 
 @dataclass(frozen=True)
 class SweepEstimate:
     """The sweep's wall time, measured on its first run: `setup_s` from the run's start to its
-    first step (loading, the base held-out check), `step_s` the seconds of its first steps
-    (the first one dropped when there are more: it warms caches up). A run costs setup +
-    mean step x steps + one setup-sized cost per held-out check (a check is the base check
-    again, `train.eval_every`); runs share `jobs` slots. Rough: evaluation cost and later steps
-    (longer episodes as the policy learns) can move it."""
+    first step (loading, the base held-out check), `step_s` and `rollout_s` the seconds of its
+    first steps and of their rollouts (the first step dropped when there are more: it warms
+    caches up). A run costs setup + mean step x steps + each held-out check
+    (`train.eval_every`, and the last step), a check costing the step's rollout scaled by its
+    episodes (`train.eval_tasks` x `train.eval_samples`) over a step's; runs share `jobs`
+    slots. Rough: later steps (longer or shorter episodes as the policy learns) can move it."""
     setup_s: float
     step_s: tuple[float, ...]
+    rollout_s: tuple[float, ...] = ()
 
     def run_seconds(self, cfg: RunConfig) -> float:
-        steps = self.step_s[1:] or self.step_s
+        t, r = _warm(self.step_s), _warm(self.rollout_s)
         checks = cfg.train.steps // cfg.train.eval_every if cfg.train.eval_every else 0
         if not cfg.train.eval_every or cfg.train.steps % cfg.train.eval_every:
             checks += 1                       # the last step is always checked
-        return self.setup_s * (1 + checks) + sum(steps) / len(steps) * cfg.train.steps
+        ro = cfg.rollout
+        check_s = (sum(r) / len(r) * cfg.train.eval_tasks * cfg.train.eval_samples
+                   / max(1, ro.tasks_per_step * ro.group_size)) if r else self.setup_s
+        return self.setup_s + checks * check_s + sum(t) / len(t) * cfg.train.steps
 
     def line(self, configs: list[RunConfig], runs: int, jobs: int) -> str:
         per_run = sum(self.run_seconds(c) for c in configs) / len(configs)
         total = per_run * runs / max(1, min(jobs, runs))
-        steps = self.step_s[1:] or self.step_s
+        t = _warm(self.step_s)
         return (f"  sweep time: about {total / 60:.1f} min for {runs} run(s) (measured on the "
                 f"first run: {self.setup_s:.0f}s to its first step, "
-                f"{sum(steps) / len(steps):.1f}s per step)")
+                f"{sum(t) / len(t):.1f}s per step)")
+
+
+def _warm(seconds: tuple[float, ...]) -> tuple[float, ...]:
+    """The first steps' seconds without the first one, when there are more."""
+    return seconds[1:] or seconds
