@@ -221,7 +221,8 @@ def test_truncated_row_equals_a_fresh_prefill(micro_policy):
 
 def test_none_is_unchanged_and_an_unreached_threshold_changes_no_token(micro_policy):
     model, _, fmt, spec = micro_policy
-    assert isinstance(context_mod.make_spec(config.load(sets=MICRO)), SearchSpec)
+    built = context_mod.make_spec(config.load(sets=MICRO))     # only the step checks around it
+    assert not isinstance(built, ContextSpec) and isinstance(built.inner, SearchSpec)
     assert wrap_spec(spec, ContextConfig()) is spec
     plain = _rollout(micro_policy, spec, n=3)
     assert all(ep.context == "" and not ep.window_starts for ep in plain)

@@ -362,3 +362,7 @@ def test_the_violation_error_is_located():
     e = EnvContractError("calc.py:make", "reward nan is not a finite number")
     assert str(e) == "env 'calc.py:make': reward nan is not a finite number"
     assert str(e.at("t3", 2)) == "env 'calc.py:make', task t3, step 2: reward nan is not a finite number"
+    import pickle
+
+    again = pickle.loads(pickle.dumps(e.at("t3", 2)))        # as a Ray worker's error travels
+    assert isinstance(again, ConfigError) and str(again) == str(e.at("t3", 2))

@@ -41,6 +41,9 @@ class EnvContractError(ConfigError):
         """The same error, located at `task` and `step`."""
         return EnvContractError(self.env, self.problem, task, step)
 
+    def __reduce__(self):   # pickled whole (a Ray rollout worker's error reaches the trainer)
+        return EnvContractError, (self.env, self.problem, self.task, self.step)
+
 
 class StepTimeout(TimeoutError):
     """A call did not return within its timeout (its worker thread is abandoned)."""
