@@ -22,6 +22,9 @@ def _rows(out):
 
 
 @pytest.mark.parametrize("method,extra", [("grpo", []), ("mpo", ["model.critic=separate"]),
+                                          # the LR schedule, its warm-up and the entropy bonus
+                                          ("ppo", ["train.lr_schedule=cosine", "train.warmup_steps=2",
+                                                   "train.critic_lr=1e-3", "algo.entropy_coef=0.01"]),
                                           ("focus", ["rollout.budget_tokens=104", "rollout.group_size=4"])])
 def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extra):
     """(mpo with a separate critic: the critic's own model and its optimiser state resume too;

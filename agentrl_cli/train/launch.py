@@ -37,6 +37,8 @@ class TrainRequest:
     out: Path | None = None
     resume: Path | None = None
     overwrite: bool = False
+    run_config: RunConfig | None = None   # a config already loaded (`api.train`): used as given,
+                                          # with `out` for its folder, instead of the options
 
 
 def resumed(req: TrainRequest) -> tuple[RunConfig, Path, dict]:
@@ -72,10 +74,12 @@ def finished(run_dir: Path, cfg: RunConfig) -> bool:
 
 
 def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
-           announce: Callable[[RunConfig, Path], None] | None = None) -> tuple[Path, dict | None]:
+           announce: Callable[[RunConfig, Path], None] | None = None,
+           on_step: Callable[[int, dict], object] | None = None) -> tuple[Path, dict | None]:
     """Train as asked -> (the run folder, the run's summary: `train.loop.train`), the summary
     None for a resumed run that already ran its steps (said in one line). `announce(cfg, out)` is called once the run
-    folder passed its checks, before any model is loaded."""
+    folder passed its checks, before any model is loaded; `on_step(step, row)` after each
+    step (`train.loop.train`)."""
     record = None
     if req.resume is not None:
         cfg, out, record = resumed(req)
@@ -83,6 +87,11 @@ def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
             log(f"{out} is finished ({cfg.train.steps} steps, summary.json): nothing to resume; "
                 "raise train.steps (--steps N) to continue it")
             return out, None
+    elif req.run_config is not None:
+        cfg = dataclasses.replace(req.run_config, out=str(req.out or req.run_config.out))
+        check_eval_tasks(cfg)
+        out = default_out(cfg)
+        cfg = dataclasses.replace(cfg, out=str(out))
     else:
         cfg = load_config(req.config, req.sets, benchmark=req.benchmark, method=req.method,
                           env=req.env, model=req.model, engine=req.engine, seed=req.seed,
@@ -98,4 +107,4 @@ def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
             announce(cfg, out)
 
     return out, train(cfg, out, resume=str(req.resume) if req.resume else None, log=log,
-                      progress=progress, overwrite=req.overwrite, ready=ready)
+                      progress=progress, overwrite=req.overwrite, ready=ready, on_step=on_step)

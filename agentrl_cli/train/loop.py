@@ -24,7 +24,7 @@ from ..config import RunConfig, step_seed
 from ..credit.estimators import ESTIMATORS
 from ..engines import check_engine
 from ..envs.checker import require_determinism, require_fork
-from ..errors import ConfigError
+from ..errors import ConfigError, StopTraining
 from ..evaluation.runner import evaluate
 from ..methods import FORKING_CONTROLLERS
 from ..models.critic import critic_config
@@ -33,6 +33,7 @@ from ..reporting.live import with_se
 from ..reporting.plots import env_label, learning_curve
 from ..rollout.controllers import RolloutContext
 from ..rollout.matched_budget import matched_budget
+from ..rollout.rewards import reward_metrics
 from ..rollout.rollouts import Rollouts, open_rollouts
 from ..rollout.runtime import Runtime, build_runtime
 from . import checkpoint
@@ -95,11 +96,15 @@ def initial_runtime(cfg: RunConfig, log: Callable[[str], None] = print) -> Runti
 
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
           log: Callable[[str], None] = print, progress=None, overwrite: bool = False,
-          ready: Callable[[], None] | None = None) -> dict:
+          ready: Callable[[], None] | None = None,
+          on_step: Callable[[int, dict], object] | None = None) -> dict:
     """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json).
     `resume`: the run folder `out` itself or one of its checkpoints; `overwrite`: start afresh
     in a folder that holds a run (see `run_folder`); `ready()` is called once the folder and
-    the checkpoint to resume from have passed their checks, before any model is loaded."""
+    the checkpoint to resume from have passed their checks, before any model is loaded.
+    `on_step(step, row)` is called after each step's row is logged (every rank, the same row);
+    returning False or raising `errors.StopTraining` ends the run there, with a checkpoint of
+    that step and a summary whose `steps` is the step reached (`--resume` continues it)."""
     t_start = time.time()
     check_names(cfg)                      # plugin names and where they run, before any work
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
@@ -115,7 +120,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     # the run folder first (lock, no silent overwrite, leftovers removed), before any work
     folder = RunFolder.open(out, resume=bool(resume), overwrite=overwrite, log=log) if comm.is_main else None
     try:
-        return _train(cfg, out, resume, log, progress, comm, t_start, ready, unchecked)
+        return _train(cfg, out, resume, log, progress, comm, t_start, ready, unchecked,
+                      on_step=on_step)
     finally:
         if folder is not None:
             folder.close()
@@ -158,11 +164,13 @@ class Run:
     budget: int = 0
     rollout_carry: dict = field(default_factory=dict)  # RolloutContext.carry, step to step
     spread_seen: bool = False             # a step among the first ones had reward spread
+    stopped_at: int = 0                   # the step a callback stopped the run at (0: none)
     env_exception_seen: bool = False      # an env's step() raised (logged once)
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
-           ready, unchecked: bool = False) -> dict:
+           ready, unchecked: bool = False,
+           on_step: Callable[[int, dict], object] | None = None) -> dict:
     run = open_run(cfg, out, resume, log, comm, ready, unchecked)
     if progress:
         progress.start(cfg.train.steps, run.start_step)
@@ -177,12 +185,25 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
             run.metrics.write(row)
         if progress:
             progress.update(step, row)    # `eval/success` only where a check ran
+        stop = on_step is not None and stop_asked(on_step, step, row)
         if comm.is_main and (cfg.train.save_every and step % cfg.train.save_every == 0
-                             or step == cfg.train.steps):
+                             or step == cfg.train.steps or stop):
             save(run, step)
+        if stop:
+            run.stopped_at = step
+            log(f"stopped by the step callback at step {step} (checkpoint saved)")
+            break
     if progress:
         progress.stop()
     return finish(run, t_start)
+
+
+def stop_asked(on_step: Callable[[int, dict], object], step: int, row: dict) -> bool:
+    """Whether the step callback asks to stop: it returned False or raised StopTraining."""
+    try:
+        return on_step(step, dict(row)) is False
+    except StopTraining:
+        return True
 
 
 def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready,
@@ -326,6 +347,7 @@ def run_step(run: Run, step: int) -> dict:
         **stats,
         **result.extras.get("metrics", {}),
         **credit.metrics,
+        **reward_metrics(eps),
     }
     if cfg.context.operator != "none":
         row["rollout/context_resets"] = sum(e.meta.get("context_resets", 0) for e in eps) / len(eps)
@@ -403,7 +425,7 @@ def finish(run: Run, t_start: float) -> dict:
         # written before checks recorded it)
         "base_success_se": run.base.get("mean@1_se"),
         "final_success_se": run.last_eval.get("mean@1_se"),
-        "steps": cfg.train.steps, "wall_seconds": time.time() - t_start,
+        "steps": run.stopped_at or cfg.train.steps, "wall_seconds": time.time() - t_start,
         "tokens_generated": run.tokens_total,
         "base_tokens_per_question": run.base["tokens_per_question"],
         "budget_tokens": run.budget,          # the step cap in force (0: none)
