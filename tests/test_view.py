@@ -139,7 +139,7 @@ def test_report_size_is_bounded_and_a_100_step_run_stays_under_5_mb(focus_run, t
     """Measured on the short run, then bounded for a default 100-step run: 11 traces at their
     cap, 101 metrics rows as long as the longest measured one, the page around them."""
     out, _, _ = focus_run
-    path, size = view_mod.write_report(out, tmp_path / "r.html")
+    path, size, _, _ = view_mod.write_report(out, tmp_path / "r.html")
     assert path.stat().st_size == size
     assert all(p.stat().st_size <= TRACE_CAP for p in trace_steps(out).values())
     data = view_mod.run_data(out)

@@ -33,10 +33,17 @@ def view_cmd(
 
         print(text_view(folder, step, tree, episode))
         return
-    from ..reporting.view import write_report
+    from ..reporting.view import printable, write_report
     from ..train.run_folder import check_output_file
 
     check_output_file(out if out is not None else folder / "report.html")
-    path, size = write_report(folder, out)
-    Console().print(f"wrote {path} ({size / 1e6:.2f} MB): open it in a browser "
-                    "(no network needed)", highlight=False)
+    report = write_report(folder, out)
+    console = Console()
+    console.print(f"wrote {report.path} ({report.size / 1e6:.2f} MB): open it in a browser "
+                  "(no network needed)", highlight=False, markup=False)
+    n = len(report.problems) + report.more
+    if n:
+        first = report.problems[0]
+        console.print(printable(f"{n} file problem{'s' if n > 1 else ''} listed in it under "
+                                f"\"could not read\" (first: {first['file']}: {first['reason']})"),
+                      highlight=False, markup=False, soft_wrap=True)

@@ -84,10 +84,14 @@ function niceTicks(lo, hi, n = 5) {
   return out;
 }
 
+function lowest(xs, start = Infinity) { return xs.reduce((a, b) => (b < a ? b : a), start); }
+
+function highest(xs, start = -Infinity) { return xs.reduce((a, b) => (b > a ? b : a), start); }
+
 function domain(values, pad = 0.05) {
   const v = values.filter(Number.isFinite);
   if (!v.length) return [0, 1];
-  let lo = Math.min(...v), hi = Math.max(...v);
+  let lo = lowest(v), hi = highest(v);
   if (lo === hi) { const w = Math.abs(lo) * 0.5 || 0.5; lo -= w; hi += w; }
   const p = (hi - lo) * pad;
   return [lo - p, hi + p];
@@ -168,7 +172,7 @@ function lineChart(opts) {
 /* A bar chart. opts: title, bars [{label, value, tip}], yLabel, color, id. */
 function barChart(opts) {
   const n = opts.bars.length, W = Math.max(220, 60 + n * 46);
-  const f = frame({width: W, height: 180, x: [-0.5, n - 0.5], y: [0, Math.max(1, ...opts.bars.map(b => b.value)) * 1.08],
+  const f = frame({width: W, height: 180, x: [-0.5, n - 0.5], y: [0, highest(opts.bars.map(b => b.value), 1) * 1.08],
                    xTicks: opts.bars.map((b, i) => [i, b.label]), yLabel: opts.yLabel, xLabel: opts.xLabel});
   opts.bars.forEach((b, i) => {
     const w = Math.min(34, (f.X(1) - f.X(0)) * 0.7);
@@ -194,8 +198,37 @@ function runHeader(d) {
       ["traced steps", traced ? `${traced} (every ${d.trace_every ?? "?"} steps, first and last); ${d.traces.length} in this report` :
         "none (train.trace_every=0, or a run of an older build): curves only"],
       ["in the terminal", el("code", {text: `agentrl view ${d.path} --text --step N --tree K`})],
-    ])),
-    d.unreadable.map(u => el("p", {class: "warn", text: u})));
+    ])));
+}
+
+/* What could not be read (reporting/folder_reader.py): one row per file and reason. */
+function problemsSection(d) {
+  const sec = el("section", {id: "problems"});
+  if (!(d.problems || []).length) return sec;
+  return addKids(sec, [el("h2", {text: "Could not read"}),
+    el("div", {class: "small muted", text: "These files of the folder were skipped; the rest of the report is drawn without them."}),
+    el("table", {class: "kv", id: "problems-table"}, el("tr", {}, el("th", {text: "file"}), el("th", {text: "reason"})),
+      d.problems.map(p => el("tr", {}, el("td", {class: "mono", text: p.file}), el("td", {text: p.reason})))),
+    d.problems_left_out ? el("p", {class: "muted", text: `and ${d.problems_left_out} more`}) : null]);
+}
+
+/* A part of the page built by `build`; if it fails, a note in its place and the rest drawn. */
+function guarded(id, title, build) {
+  try {
+    return build();
+  } catch (e) {
+    return el("section", {id: id, class: "broken"}, el("h2", {text: title}),
+      el("p", {class: "warn", text: `This part could not be drawn: ${e && e.message ? e.message : e}`}));
+  }
+}
+
+/* Fill `box` with what `draw` builds; if it fails, a note in the box. */
+function drawInto(box, what, draw) {
+  try {
+    draw();
+  } catch (e) {
+    box.replaceChildren(el("p", {class: "warn", text: `This ${what} could not be drawn: ${e && e.message ? e.message : e}`}));
+  }
 }
 
 function metricKeys(rows) {
@@ -396,7 +429,7 @@ function advColour(a, scale) {
 }
 
 function tokenView(ep) {
-  const scale = Math.max(1e-9, ...ep.advantages.map(Math.abs));
+  const scale = highest(ep.advantages.map(a => Math.abs(a || 0)), 1e-9);
   const box = el("div", {class: "tokens", id: "tokens"});
   ep.tokens.forEach((t, i) => {
     const m = ep.response_mask[i];
@@ -436,13 +469,13 @@ function tracesSection(d) {
     return addKids(sec, [el("p", {class: "muted", text: "This run kept no traces (train.trace_every=0, or a run of an older build)."})]);
   const view = {trace: d.traces.length - 1, tree: 0, node: 0, colour: "residual", episode: 0};
   const treeBox = el("div", {id: "tree-view"}), epBox = el("div", {id: "episode-view"});
-  const showEpisode = i => { view.episode = i; episodePanel(d.traces[view.trace], epBox, view); epBox.scrollIntoView(); };
+  const showEpisode = i => { view.episode = i; drawInto(epBox, "episode", () => episodePanel(d.traces[view.trace], epBox, view)); epBox.scrollIntoView(); };
   const show = () => {
     const t = d.traces[view.trace];
-    if (t.trees.length) treePanel(t, treeBox, view, showEpisode);
+    if (t.trees.length) drawInto(treeBox, "tree", () => treePanel(t, treeBox, view, showEpisode));
     else treeBox.replaceChildren(el("p", {class: "muted", text: t.trees_in_step ? "This step's trees were left out (size cap)." :
       "This step has no trees (a method without tree search)."}));
-    if (t.episodes.length) episodePanel(t, epBox, view);
+    if (t.episodes.length) drawInto(epBox, "episode", () => episodePanel(t, epBox, view));
     else epBox.replaceChildren(el("p", {class: "muted", text: "No episodes kept for this step."}));
   };
   const stepSel = selectBox("step-select", d.traces.map((t, i) => [i, `step ${t.step}`]), view.trace,
@@ -473,7 +506,7 @@ function calibrationChart(traces, which) {
                points: bins.filter(b => b[2]).map(b => [b[0] / b[2], b[1] / b[2], `${b[2]} points`])});
   series.push({name: "calibrated (outcome = v)", color: "#999999", dash: "4 3", points: [[0, 0], [1, 1]]});
   const vs = pts.map(p => p[0]).filter(Number.isFinite);
-  const xDomain = [Math.min(0, ...vs), Math.max(1, ...vs)];
+  const xDomain = [lowest(vs, 0), highest(vs, 1)];
   return lineChart({title: `critic value v against the outcome (${pts.length} points)`, xLabel: "v (critic)",
     yLabel: "outcome", series, xDomain, yDomain: [0, 1], legend: true, id: "calibration", width: 520, height: 300});
 }
@@ -558,20 +591,26 @@ function sweepTable(d) {
       el("td", {text: (r.summary || {}).tokens_generated ?? "–"}), el("td", {}, el("code", {text: `agentrl view ${r.path}`}))))));
 }
 
-function renderSweep(d, app) {
+function sweepCurvesSection(d) {
   const keys = [...new Set(d.cells.flatMap(c => c.runs.flatMap(r => metricKeys(r.metrics))))].filter(k => k !== "eval/success_se");
   const curveBox = el("div", {id: "sweep-curve-box"});
   const key0 = keys.includes("eval/success") ? "eval/success" : keys[0];
-  const draw = k => curveBox.replaceChildren(k ? sweepCurves(d, k) : el("p", {class: "muted", text: "No metrics yet."}));
+  const draw = k => drawInto(curveBox, "chart", () => curveBox.replaceChildren(k ? sweepCurves(d, k) : el("p", {class: "muted", text: "No metrics yet."})));
+  draw(key0);
+  return el("section", {id: "sweep"}, el("h2", {text: "Curves"}), el("div", {class: "controls"}, el("label", {}, "metric ",
+    selectBox("sweep-metric", keys.map(k => [k, k]), key0, draw))), curveBox);
+}
+
+function renderSweep(d, app) {
   app.append(el("h1", {text: `agentrl ablate ${d.name}`}),
     el("div", {class: "muted", text: `${d.cells.length} cells · seeds ${(d.seeds || []).join(", ") || "?"} · budget ` +
       `${d.budget_tokens || "uncapped"} tokens/step · ${d.path}`}),
-    el("section", {id: "sweep"}, el("h2", {text: "Curves"}), el("div", {class: "controls"}, el("label", {}, "metric ",
-      selectBox("sweep-metric", keys.map(k => [k, k]), key0, draw))), curveBox),
-    el("section", {id: "final"}, el("h2", {text: "Final held-out success vs each swept parameter"}),
-      el("div", {class: "row"}, (d.axes.length ? d.axes : ["method"]).map(a => finalVsParam(d, a)))),
-    el("section", {}, el("h2", {text: "Cells and seeds"}), sweepTable(d)));
-  draw(key0);
+    guarded("problems", "Could not read", () => problemsSection(d)),
+    guarded("sweep", "Curves", () => sweepCurvesSection(d)),
+    guarded("final", "Final held-out success vs each swept parameter", () => el("section", {id: "final"},
+      el("h2", {text: "Final held-out success vs each swept parameter"}),
+      el("div", {class: "row"}, (d.axes.length ? d.axes : ["method"]).map(a => finalVsParam(d, a))))),
+    guarded("cells", "Cells and seeds", () => el("section", {}, el("h2", {text: "Cells and seeds"}), sweepTable(d))));
 }
 
 /* ------------------------------------------------------------------ main */
@@ -579,7 +618,9 @@ function renderSweep(d, app) {
 function main() {
   const app = document.getElementById("app");
   if (DATA.kind === "sweep") renderSweep(DATA, app);
-  else app.append(runHeader(DATA), curvesSection(DATA), tracesSection(DATA), criticSection(DATA));
+  else app.append(guarded("header", "Run", () => runHeader(DATA)), guarded("problems", "Could not read", () => problemsSection(DATA)),
+    guarded("curves", "Learning curves", () => curvesSection(DATA)), guarded("traces", "Trees and episodes", () => tracesSection(DATA)),
+    guarded("critic", "Critic and behaviour", () => criticSection(DATA)));
   document.body.setAttribute("data-ready", "1");
 }
 
