@@ -471,3 +471,72 @@ def test_declared_reads_match_what_the_source_reads():
         for entry in reg.names():
             declared = {k for k in reg.reads(entry) if k.startswith("algo.")}
             assert declared == src.reads(name, entry), (name, entry)
+
+
+# ------------------------------------------------------------------ reruns, --env, values
+def _fake_run_with_config(calls):
+    """`_fake_run` that also writes the run's config.json, as a real run does."""
+    def fake(sweep, cell, seed, log=lambda s: None, probe=None):
+        calls.append((cell.name, seed))
+        s = _fake_run()(sweep, cell, seed, log)
+        run = sweep.run_dir(cell, seed)
+        (run / "config.json").write_text(json.dumps(sweep.cell_config(cell, seed).to_dict()))
+        return s
+    return fake
+
+
+def test_a_rerun_with_fewer_methods_keeps_the_earlier_cells_in_the_summary(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(AR, "_train_here", _fake_run_with_config(calls))
+    out = tmp_path / "sw"
+    r = runner.invoke(app, ["ablate", "--method", "grpo,rloo", "--out", str(out), "--budget", "10",
+                            *_sets()])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["ablate", "--method", "grpo", "--out", str(out), "--budget", "10",
+                            *_sets()])
+    assert r.exit_code == 0, r.output
+    assert calls == [("grpo", 0), ("rloo", 0)]           # nothing ran twice
+    assert "keeping 1 finished cell(s) of earlier runs of this sweep in the summary: rloo" in r.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in summary["cells"]] == ["grpo", "rloo"]
+    assert [x["cell"] for x in csv.DictReader((out / "summary.csv").open())] == ["grpo", "rloo"]
+    rec = json.loads((out / "ablation.json").read_text())
+    assert [c["name"] for c in rec["cells"]] == ["grpo", "rloo"]   # a third rerun keeps it too
+    # an earlier cell that ran with other settings than this rerun gives is left out, said why
+    r = runner.invoke(app, ["ablate", "--method", "grpo", "--out", str(tmp_path / "sw2"),
+                            "--budget", "10", *_sets()])
+    r = runner.invoke(app, ["ablate", "--method", "rloo", "--out", str(tmp_path / "sw2"),
+                            "--budget", "10", *_sets(["train.lr=0.5"])])
+    assert r.exit_code == 0, r.output
+    assert "not in the summary: grpo" in r.output and "train.lr" in r.output
+    summary = json.loads((tmp_path / "sw2" / "summary.json").read_text())
+    assert [c["name"] for c in summary["cells"]] == ["rloo"]
+
+
+def test_env_option_reaches_every_cell_and_is_recorded(tmp_path, monkeypatch):
+    seen = []
+
+    def fake(sweep, cell, seed, log=lambda s: None, probe=None):
+        seen.append(sweep.cell_config(cell, seed))
+        return _fake_run()(sweep, cell, seed, log)
+
+    monkeypatch.setattr(AR, "_train_here", fake)
+    out = tmp_path / "sw"
+    r = runner.invoke(app, ["ablate", "--env", "locate", "--method", "grpo,rloo", "--out", str(out),
+                            "--budget", "10", *_sets()])
+    assert r.exit_code == 0, r.output
+    assert [c.env.name for c in seen] == ["locate", "locate"]
+    assert "env.name=locate" in json.loads((out / "ablation.json").read_text())["sets"]
+    r = runner.invoke(app, ["ablate", "--env", "locate", "--benchmark", "search-long",
+                            "--out", str(tmp_path / "x"), "--budget", "10"])
+    assert r.exit_code == 2 and "give --benchmark or --env, not both" in r.output
+
+
+@pytest.mark.parametrize("args", [["--beta", "1,,2"], ["--kappa", "1,2,"],
+                                  ["--grid", "algo.lam=0.9,,0.95"], ["--method", "grpo,,rloo"]])
+def test_an_empty_item_in_a_value_list_is_one_line(args, tmp_path):
+    r = runner.invoke(app, ["ablate", "--out", str(tmp_path / "x"), "--budget", "10", *args])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "has an empty item" in lines[0], r.output
+    assert not (tmp_path / "x").exists()

@@ -72,12 +72,19 @@ def test_a_non_empty_folder_without_run_files_is_refused_too(tmp_path):
 
 def test_overwrite_removes_only_what_the_marker_lists(tmp_path):
     d = tmp_path / "run"
-    with RunFolder.open(d, log=lambda s: None):            # a new folder: marked, files claimed
+    with RunFolder.open(d, log=lambda s: None) as folder:  # a new folder: marked, files claimed
         (d / "config.json").write_text("{}")
+        folder.claim(files=["checkpoints/latest"], checkpoints=["step-000001"])
         (d / "checkpoints" / "step-000001").mkdir(parents=True)
+        (d / "checkpoints" / "step-000001" / "w.bin").write_text("w")
+        (d / "checkpoints" / "step-000001" / "manifest.json").write_text(
+            json.dumps({"files": {"w.bin": {"size": 1, "sha256": ""}}}))
+        (d / "checkpoints" / "latest").write_text("step-000001")
         (d / "metrics.jsonl").write_text("")
     marker = json.loads((d / MARKER).read_text())
-    assert {"config.json", "checkpoints", "metrics.jsonl"} <= set(marker["files"])
+    assert {"config.json", "checkpoints/latest", "metrics.jsonl"} <= set(marker["files"])
+    assert marker["checkpoints"] == ["step-000001"] and marker["dirs"] == ["checkpoints"]
+    assert "wandb" not in marker["files"] and marker["sinks"] == []    # no sink opened
     (d / "notes.txt").write_text("the user's")               # added later by the user
     (d / "analysis").mkdir()
     with pytest.raises(ConfigError, match="already holds a run"):
@@ -96,13 +103,10 @@ def test_a_name_the_marker_does_not_list_blocks_a_fresh_run(tmp_path):
     d = tmp_path / "run"
     with RunFolder.open(d, log=lambda s: None):
         (d / "config.json").write_text("{}")
-    marker = json.loads((d / MARKER).read_text())
-    marker["files"].remove("wandb")
-    (d / MARKER).write_text(json.dumps(marker))
     (d / "wandb").mkdir()
     (d / "wandb" / "mine").write_text("x")
     before = _snapshot(d)
-    with pytest.raises(ConfigError, match=f"holds wandb, which {MARKER} does not list"):
+    with pytest.raises(ConfigError, match=f"holds wandb/mine, which {MARKER} does not list"):
         RunFolder.open(d, overwrite=True, log=lambda s: None)
     assert _snapshot(d) == before
 
@@ -137,7 +141,7 @@ def test_an_older_builds_run_resumes_but_overwrite_refuses(tmp_path):
     marker = json.loads((d / MARKER).read_text())
     assert not {"config.json", "checkpoints", "metrics.jsonl"} & set(marker["files"])
     before = _snapshot(d)
-    with pytest.raises(ConfigError, match="holds config.json, metrics.jsonl, checkpoints"):
+    with pytest.raises(ConfigError, match="holds config.json, metrics.jsonl, which"):
         RunFolder.open(d, overwrite=True, log=lambda s: None)
     assert _snapshot(d) == before
 

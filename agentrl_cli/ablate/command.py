@@ -4,17 +4,20 @@
 every cell's config, the output folder), takes the matched budget (`ablate.budget`), records
 and prints the plan, runs every (cell, seed) (`ablate.run`) and writes the results
 (`ablate.aggregate`). Ctrl-C keeps the finished runs and raises `Interrupted` with the command
-that resumes the sweep.
+that resumes the sweep. A rerun in the same `--out` that names fewer cells keeps the finished
+cells of the earlier runs in the summary (`run.earlier_cells`: those that ran as this sweep
+would run them).
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import RunConfig, _check_key, parse_sets, read_yaml
+from ..config import RunConfig, _check_key, env_name, parse_sets, read_yaml
 from ..errors import ConfigError
 from ..methods import METHODS
 from ..train.preflight import check_eval_tasks, load_checked
@@ -22,7 +25,7 @@ from .aggregate import collect, write_results
 from .budget import resolve_budget
 from .plan import PRESETS, Axis, Sweep, plan, plan_lines, record, warmup_warnings
 from .reads import check_sweep, default_methods
-from .run import check_rerun, run_sweep
+from .run import check_rerun, earlier_cells, run_sweep
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Request:
     out: Path | None = None
     steps: int | None = None
     benchmark: str | None = None
+    env: str | None = None                # --env: every run's env (as `agentrl train --env`)
     config: Path | None = None
     sets: list[str] = field(default_factory=list)
     seed: int | None = None
@@ -64,10 +68,34 @@ class Interrupted(Exception):
 
 
 def values(text: str, what: str) -> list[str]:
-    vals = [v.strip() for v in text.split(",") if v.strip()]
-    if not vals:
+    """`0,0.5,1` -> ['0', '0.5', '1']; no values, or an empty item (`1,,2`, `1,2,`), is a
+    one-line error (a value silently dropped would leave a cell out of the sweep)."""
+    vals = [v.strip() for v in text.split(",")]
+    if not any(vals):
         raise ConfigError(f"{what} needs comma-separated values, got '{text}'")
+    if not all(vals):
+        raise ConfigError(f"{what} '{text}' has an empty item (value {vals.index('') + 1}): "
+                          "give comma-separated values, e.g. 0,0.5,1")
     return vals
+
+
+def env_sets(env: str | None, benchmark: str | None) -> list[str]:
+    """`--env NAME` as `--set`s every run of the sweep gets, as `agentrl train --env` gives
+    them: the presets of the benchmarks.yaml entry of that env, if any, then `env.name`
+    (a file made absolute); or `--benchmark`'s (`benchmark_sets`)."""
+    if env is None:
+        return benchmark_sets(benchmark)
+    if benchmark is not None:
+        raise ConfigError("give --benchmark or --env, not both")
+    from ..envs.benchmarks import load_benchmarks
+
+    try:
+        table = load_benchmarks()
+    except ConfigError:
+        table = {}
+    same = sorted((b for b in table.values() if b.env == env), key=lambda b: b.name != env)
+    presets = same[0].presets() if same else {}
+    return [f"{k}={v}" for k, v in presets.items() if k != "env.name"] + [f"env.name={env_name(env)}"]
 
 
 def benchmark_sets(name: str | None) -> list[str]:
@@ -159,7 +187,7 @@ def prepare(req: Request, log: Callable[[str], None]) -> tuple[Sweep, RunConfig,
     from ..envs.base import check_tiny_env
     from ..train.run_folder import check_output_dir
 
-    base_sets = (benchmark_sets(req.benchmark) + list(req.sets)
+    base_sets = (env_sets(req.env, req.benchmark) + list(req.sets)
                  + ([f"train.steps={req.steps}"] if req.steps is not None else []))
     fixed = {**(read_yaml(req.config) if req.config else {}), **parse_sets(base_sets)}
     methods, axes = swept(req, fixed, log)   # cheap checks first: nothing heavy imported
@@ -189,12 +217,13 @@ def ablate(req: Request, log: Callable[[str], None] = print) -> Outcome:
         sweep.budget = resolve_budget(sweep.out, base, req.budget, log)
         command = resume(sweep.budget)
         check_rerun(sweep)                # before ablation.json or any run is rewritten
-        record(sweep, axes, req.preset)
+        whole = dataclasses.replace(sweep, cells=sweep.cells + earlier_cells(sweep, log))
+        record(whole, axes, req.preset)
         for line in plan_lines(sweep, configs, req.jobs):
             log(line)
         res = run_sweep(sweep, jobs=req.jobs, log=log)
     except KeyboardInterrupt:
         raise Interrupted(command) from None
-    summary = collect(sweep)
+    summary = collect(whole)
     write_results(summary, sweep.out)
-    return Outcome(sweep, summary, res["failed"])
+    return Outcome(whole, summary, res["failed"])

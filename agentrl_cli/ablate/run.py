@@ -57,6 +57,43 @@ def check_rerun(sweep: Sweep) -> None:
                 f"a new --out")
 
 
+def earlier_cells(sweep: Sweep, log: Callable[[str], None] = print) -> list[Cell]:
+    """The cells an earlier run of this sweep (its `ablation.json`) ran that this one does not
+    name, with a finished run that ran as this sweep would run it (same settings but the
+    cell's own): kept in the summary beside this run's cells. A finished cell that ran with
+    other settings is left out, said in one line."""
+    import json
+
+    from ..config import load_saved
+
+    try:
+        data = json.loads((sweep.out / "ablation.json").read_text(encoding="utf-8"))
+        cells = [Cell(c["name"], c["method"], dict(c.get("params") or {}), tuple(c.get("sets") or ()))
+                 for c in data["cells"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    names, kept = {c.name for c in sweep.cells}, []
+    for cell in cells:
+        done = [s for s in sweep.seeds if cell.name not in names
+                and status(sweep.run_dir(cell, s)) == "finished"]
+        if not done:
+            continue
+        try:
+            diff = rerun_difference(load_saved(sweep.run_dir(cell, done[0])),
+                                    sweep.cell_config(cell, done[0]))
+        except ConfigError as e:
+            diff = ("its config", str(e), "")
+        if diff is not None:
+            log(f"not in the summary: {cell.name}, finished by an earlier run of this sweep with "
+                f"{diff[0]}={diff[1]} (this run gives {diff[2]})")
+            continue
+        kept.append(cell)
+    if kept:
+        log(f"keeping {len(kept)} finished cell(s) of earlier runs of this sweep in the summary: "
+            + ", ".join(c.name for c in kept))
+    return kept
+
+
 def status(run: Path) -> str:
     """finished | resumable | new"""
     if (run / "summary.json").is_file():

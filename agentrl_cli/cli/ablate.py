@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .options import BenchmarkOpt, ConfigOpt, SeedOpt, SetOpt, user_errors
+from .options import BenchmarkOpt, ConfigOpt, EnvOpt, SeedOpt, SetOpt, user_errors
 
 
 @user_errors
@@ -25,6 +25,7 @@ def ablate_cmd(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default runs/ablate-<time>); rerun with the same folder to resume.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
     benchmark: BenchmarkOpt = None,
+    env: EnvOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     seed: SeedOpt = None,
@@ -36,7 +37,7 @@ def ablate_cmd(
     console = Console()
     log = lambda s: console.print(s, highlight=False)  # noqa: E731
     req = Request(method, beta, kappa, lam, list(grid or []), preset, seeds, budget, jobs, out,
-                  steps, benchmark, config, list(set_ or []), seed)
+                  steps, benchmark, env, config, list(set_ or []), seed)
     try:
         res = ablate(req, log)
     except Interrupted as e:

@@ -13,8 +13,8 @@ from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, ModelOpt, Seed
 
 @user_errors
 def eval_cmd(
-    pass_k: Annotated[Optional[int], typer.Option("--pass-k", "-k", help="Largest k of pass@k (k = 1, 2, 4, ... K). Default: the samples per task.", min=1)] = None,
-    n: Annotated[Optional[int], typer.Option("--n", help="Samples per task (default: train.eval_samples, or K if larger; must be >= K).", min=1)] = None,
+    pass_k: Annotated[Optional[int], typer.Option("--pass-k", "-k", help="Largest k of pass@k (k = 1, 2, 4, ... K; at most 1024). Default: the samples per task.", min=1)] = None,
+    n: Annotated[Optional[int], typer.Option("--n", help="Samples per task (default: train.eval_samples, or K if larger; must be >= K; at most 1024).", min=1)] = None,
     tasks: Annotated[Optional[int], typer.Option("--tasks", help="Held-out tasks (default: train.eval_tasks, the trainer's held-out set).", min=1)] = None,
     checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Checkpoint or run folder (its latest checkpoint); the run's own config is the default.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
@@ -26,6 +26,7 @@ def eval_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     seed: SeedOpt = None,
+    allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="With --checkpoint of a run: evaluate although the run's env file changed since the run recorded its sha256 (the change is recorded in the run folder's env-changes.log).")] = False,
 ):
     """Evaluate pass@k, pass^k, mean@1 and tokens per question on the held-out set the trainer checks. Example: agentrl eval --checkpoint runs/x"""
     from ..reporting.live import eval_table
@@ -33,7 +34,7 @@ def eval_cmd(
 
     console = Console(stderr=True)
     req = EvalRequest(pass_k, n, tasks, checkpoint, json_path, greedy, env, benchmark, model,
-                      engine, config, list(set_ or []), seed)
+                      engine, config, list(set_ or []), seed, allow_env_change)
 
     def announce(plan) -> None:
         console.print(f"evaluating {plan.label} on {plan.cfg.env.name}: {plan.tasks} held-out "

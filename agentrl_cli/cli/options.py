@@ -19,8 +19,12 @@ EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation e
 BenchmarkOpt = Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry: its env and settings (list: agentrl benchmarks).")]
 
 
-def user_errors(fn):
-    """User mistakes -> one line on stderr and exit code 2; tracebacks only with AGENTRL_DEBUG=1."""
+def user_errors(fn=None, *, interrupted: str = "interrupted"):
+    """User mistakes -> one line on stderr and exit code 2; tracebacks only with AGENTRL_DEBUG=1.
+    Ctrl-C -> `interrupted` (what is true of the command's output then) and exit code 130.
+    Use as `@user_errors` or `@user_errors(interrupted="...")`."""
+    if fn is None:
+        return functools.partial(user_errors, interrupted=interrupted)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -35,7 +39,7 @@ def user_errors(fn):
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2)
         except KeyboardInterrupt:
-            print("interrupted (resume with --resume <out dir>)", file=sys.stderr)
+            print(interrupted, file=sys.stderr)
             raise typer.Exit(130)
         except typer.Exit:  # a command's own exit code (e.g. ablate: some runs failed)
             raise

@@ -12,7 +12,9 @@ from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, MethodOpt, Mod
                       SetOpt, user_errors)
 
 
-@user_errors
+@user_errors(interrupted="interrupted: the --out file was not written (agentrl rollout writes it "
+                         "whole at the end; an existing one is left as it was); run the command "
+                         "again")
 def rollout_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write: one episode per line; with --method naming a tree method (focus), one tree per line.")] = Path("episodes.jsonl"),
     n: Annotated[int, typer.Option("--n", help="Number of episodes (on ceil(n / group-size) tasks). With --method naming a tree method (focus): number of trees, one per task.", min=1)] = 64,

@@ -12,7 +12,8 @@ from .options import (BenchmarkOpt, ConfigOpt, EngineOpt, EnvOpt, MethodOpt, Mod
                       SetOpt, user_errors)
 
 
-@user_errors
+@user_errors(interrupted="interrupted: continue the run from its last checkpoint with "
+                         "agentrl train --resume <run folder>")
 def train_cmd(
     method: MethodOpt = None,
     env: EnvOpt = None,
@@ -24,7 +25,8 @@ def train_cmd(
     seed: SeedOpt = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default runs/<time>-<method>-<env>).")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run folder (or checkpoint) exactly where it stopped, from its newest checkpoint that verifies. It may change only train.steps, train.eval_every, train.save_every, train.trace_every, train.log, rollout.workers and rollout.ray_address (recorded in the folder's .agentrl-run.json).")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start afresh in an --out folder that already holds a run (its run files are removed).")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start afresh in an --out folder that already holds a run: removes exactly the files the run recorded in its .agentrl-run.json (refused, nothing removed, if its folders hold files it did not write).")] = False,
+    allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="With --resume: go on although the run's env file (--env file.py:factory or module:factory) changed since the run recorded its sha256; the change is recorded in the run folder (env-changes.log).")] = False,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
     rollout_workers: Annotated[Optional[int], typer.Option("--rollout-workers", help="Ray rollout workers, each with its own engine and envs (--set rollout.workers=N; 0: in process).")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one (--set rollout.ray_address=...).")] = None,
@@ -41,7 +43,7 @@ def train_cmd(
     console = Console(quiet=int(os.environ.get("RANK", "0")) > 0)  # torchrun: rank 0 speaks
     say = lambda s: console.print(s, highlight=False)  # noqa: E731
     req = TrainRequest(method, env, benchmark, model, engine, config, sets, seed, out, resume,
-                       overwrite)
+                       overwrite, allow_env_change=allow_env_change)
     run, summary = launch(req, log=say, progress=TrainProgress(console), announce=lambda cfg, run: say(
         f"[bold]agentrl train[/] method={cfg.method} env={cfg.env.name} model={cfg.model.name} "
         f"seed={cfg.seed} -> {run}"))

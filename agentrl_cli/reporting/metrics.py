@@ -11,11 +11,13 @@ from typing import Callable
 class MetricsLog:
     """metrics.jsonl, plus the sinks named in `sinks` (train.log: tensorboard, wandb; see
     `reporting.sinks`), which get every row written. They open at the first row written, so a
-    resumed run's TensorBoard drops the events a crashed run wrote after that step."""
+    resumed run's TensorBoard drops the events a crashed run wrote after that step.
+    `on_sinks(names)` is called once the sinks opened, with the names of those that did."""
 
-    def __init__(self, path: Path, sinks: str = "", config: dict | None = None):
+    def __init__(self, path: Path, sinks: str = "", config: dict | None = None,
+                 on_sinks: Callable[[list[str]], None] | None = None):
         self.path = Path(path)
-        self.sink_spec, self.config = sinks, config
+        self.sink_spec, self.config, self.on_sinks = sinks, config, on_sinks
         self.sinks: list | None = None
 
     def reset(self) -> None:
@@ -41,6 +43,8 @@ class MetricsLog:
 
             self.sinks = open_sinks(self.sink_spec, self.path.parent, self.config,
                                     first_step=int(row.get("step", 0)))
+            if self.on_sinks is not None and self.sinks:
+                self.on_sinks([s.name for s in self.sinks])
         for s in self.sinks:
             s.write(row)
 

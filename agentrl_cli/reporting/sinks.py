@@ -35,6 +35,8 @@ def scalars(row: dict) -> dict[str, float]:
     return out
 
 class TensorBoardSink:
+    name = "tensorboard"
+
     def __init__(self, run: Path, config: dict | None = None, first_step: int = 0):
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -58,14 +60,19 @@ class TensorBoardSink:
         self.writer.close()
 
 class WandbSink:
+    name = "wandb"
+
     def __init__(self, run: Path, config: dict | None = None, name: str = "", resume: bool = False):
         try:
             import wandb
         except ImportError as e:
             raise RuntimeError("train.log=wandb needs the wandb package: pip install wandb") from e
         self.wandb = wandb
+        rid = _wandb_id(run)
         self.run = wandb.init(dir=str(run), name=name or Path(run).name, config=config or {},
-                              id=_wandb_id(run), resume="allow" if resume else None)
+                              id=rid, resume="allow" if resume else None)
+        if not (Path(run) / "wandb_id").is_file():    # kept once the W&B run opened
+            (Path(run) / "wandb_id").write_text(rid)
 
     def write(self, row: dict) -> None:
         self.run.log(scalars(row), step=int(row["step"]))
@@ -74,15 +81,14 @@ class WandbSink:
         self.run.finish()
 
 def _wandb_id(run: Path) -> str:
-    """One W&B run id per run folder, kept in it so a resumed run continues the same W&B run."""
+    """One W&B run id per run folder, kept in it (`wandb_id`, written once the W&B run opened)
+    so a resumed run continues the same W&B run."""
     import uuid
 
     p = Path(run) / "wandb_id"
     if p.is_file():
         return p.read_text().strip()
-    rid = uuid.uuid4().hex[:12]
-    p.write_text(rid)
-    return rid
+    return uuid.uuid4().hex[:12]
 
 def open_sinks(spec: str, run: Path, config: dict | None = None, first_step: int = 0) -> list:
     """The sinks named in `spec` (train.log) for the run folder `run`; `first_step` > 0 is a

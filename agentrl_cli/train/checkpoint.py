@@ -107,8 +107,10 @@ class CheckpointWriteError(ConfigError):
 
 def save(out: Path, step: int, model, tokenizer, state: dict) -> Path:
     """Write the checkpoint of `step` (temp folder, manifest last, rename). A write that fails
-    (`OSError`: no space left, ...) removes the temp folder, leaves the previous checkpoints
-    and `latest` as they were, and raises `CheckpointWriteError`."""
+    (`OSError`: no space left, ...; torch's and safetensors' own errors for a full disk) removes
+    the temp folder, leaves the previous checkpoints and `latest` as they were, and raises
+    `CheckpointWriteError` (one line: the checkpoint, that the disk is full, the last good
+    one)."""
     final = step_dir(out, step)
     state = plain_state(state)            # a programming error stays a TypeError
     tmp = None
@@ -124,16 +126,43 @@ def save(out: Path, step: int, model, tokenizer, state: dict) -> Path:
         os.replace(tmp, final)
         tmp = None
         atomic_write_text(out / "checkpoints" / "latest", final.name)
-    except OSError as e:
+    except Exception as e:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        why, full = write_failure(e, final.parent)
+        if why is None:                   # not the disk's doing: a bug keeps its traceback
+            raise
         good = next((c for c in steps_newest_first(out) if c != final or tmp is None), None)
         kept = (f"the last good checkpoint, {good}, is kept" if good is not None
                 else "the run has no earlier checkpoint")
         raise CheckpointWriteError(
-            f"cannot write checkpoint {final} ({e.strerror or e}): {kept}; free space and "
-            f"continue with --resume {out}") from None
+            f"cannot write checkpoint {final} ({why})"
+            + (f": the disk that holds {final.parent} is full" if full else "")
+            + f"; {kept}; free space and continue with --resume {out}") from None
     return final
+
+
+DISK_FULL_TEXT = ("No space left", "StorageFull", "write failed", "unexpected pos")
+
+
+def write_failure(e: BaseException, folder: Path) -> tuple[str | None, bool]:
+    """(why a checkpoint write failed, whether the disk is full), or (None, False) when `e` is
+    not a failed write. `OSError` says so itself (ENOSPC, EDQUOT); torch (`RuntimeError`:
+    "file write failed", "unexpected pos") and safetensors ("StorageFull") wrap it in text,
+    so their case is read from the text and the folder's free space."""
+    import errno
+
+    if isinstance(e, OSError):
+        return e.strerror or str(e), e.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(e)
+    if not any(t in text for t in DISK_FULL_TEXT):
+        return None, False
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = 0
+    full = "No space left" in text or "StorageFull" in text or free < (1 << 20)
+    return ("No space left on device" if full else text.splitlines()[0][:200]), full
 
 
 def verify(ckpt: Path, hashes: bool = True) -> str | None:
@@ -216,8 +245,17 @@ def find(path: str | Path, log: Callable[[str], None] | None = None) -> Path:
 def load_state(ckpt: Path, mmap: bool = False) -> dict:
     """The trainer state of a checkpoint, as tensors and plain data (`weights_only=True`): a
     file that would need to build any other object is `UnsafeCheckpoint`, and is not run.
-    `mmap`: tensors stay on disk until read (a cheap check of the whole structure)."""
+    `mmap`: tensors stay on disk until read (a cheap check of the whole structure). A file
+    that is not a torch zip archive (a plain or legacy pickle) is `UnsafeCheckpoint` too: only
+    an unsafe load could read it."""
+    import zipfile
+
     f = Path(ckpt) / STATE_FILE
+    if not zipfile.is_zipfile(f):
+        raise UnsafeCheckpoint(
+            f"{f} cannot be read safely: it is a plain or legacy pickle, not the trainer state "
+            "agentrl writes (a torch zip archive of tensors and plain data, which loads without "
+            f"running code); evaluate its weights alone with agentrl eval --model {ckpt}")
     try:
         state = torch.load(f, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:

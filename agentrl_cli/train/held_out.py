@@ -4,7 +4,10 @@ checkpoint with the run's own settings.
 A checkpoint of a run (`<run>/checkpoints/step-N`) is evaluated with the run's config (env, its
 sizes, sampling, held-out set) and that checkpoint's weights, unless `--env`, `--benchmark` or
 `--config` say otherwise; at the trainer's own held-out check (same tasks, samples and seed) its
-mean@1 is the run's `eval/success` at that step. Everything is checked before any model loads.
+mean@1 is the run's `eval/success` at that step; a run's user env file must still have the
+sha256 the run recorded (`train.env_file`), unless `--allow-env-change` (then the change is a
+line of the run's env-changes.log). `--pass-k` and `--n` are at most `MAX_SAMPLES`. Everything
+is checked before any model loads.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from typing import Callable
 from ..config import RunConfig, step_seed
 from ..errors import ConfigError
 from .preflight import check_eval_tasks, check_rollout_memory, load_config, load_saved_checked
+
+MAX_SAMPLES = 1024                        # the most samples per task (--n) and largest --pass-k
 
 
 @dataclass
@@ -35,6 +40,7 @@ class EvalRequest:
     config: Path | None = None
     sets: list[str] = field(default_factory=list)
     seed: int | None = None
+    allow_env_change: bool = False        # the run's env file may differ from what it recorded
 
 
 @dataclass
@@ -72,14 +78,34 @@ def _config(req: EvalRequest) -> tuple[RunConfig, Path | None, Path | None]:
             sets.append(f"rollout.engine={req.engine}")
         if req.seed is not None:
             sets.append(f"seed={req.seed}")
-        return load_saved_checked(run, sets), ckpt, run
+        cfg = load_saved_checked(run, sets)
+        _check_run_env(req, run, ckpt, cfg.env.name)
+        return cfg, ckpt, run
     cfg = load_config(req.config, req.sets, benchmark=req.benchmark, env=req.env, model=model,
                       engine=req.engine, seed=req.seed)
     return cfg, ckpt, None
 
 
+def _check_run_env(req: EvalRequest, run: Path, ckpt: Path, env: str) -> None:
+    """The run's env file against the sha256 the run recorded (`env_file.check_env`); an
+    allowed change is a line of the run's env-changes.log."""
+    from .env_file import check_env, log_env_change
+
+    change = check_env(run, env, req.allow_env_change, option="--checkpoint")
+    if change is not None:
+        log_env_change(run, change, f"eval --checkpoint {ckpt.name}")
+
+
+def _check_sizes(req: EvalRequest) -> None:
+    for opt, v in (("--pass-k", req.pass_k), ("--n", req.n)):
+        if v is not None and v > MAX_SAMPLES:
+            raise ConfigError(f"{opt} {v} is above the most samples per task, {MAX_SAMPLES} "
+                              f"(pass@k is estimated from n >= k samples of each task)")
+
+
 def plan_eval(req: EvalRequest) -> EvalPlan:
     """The checked evaluation of a request (module docstring), before any model loads."""
+    _check_sizes(req)
     if req.json_path is not None:         # before the work, so results are never lost at the end
         from .run_folder import check_output_file
         check_output_file(req.json_path, "--json")

@@ -2,8 +2,11 @@
 
 A new run: its config (`preflight.load_config`), the held-out tasks checked, its folder
 (`run_folder.default_out`). A resumed run (`--resume`): only options that cannot change it are
-accepted, the run's own config plus the `--set`s a resume may change, and what changed is
-recorded in the run folder; a run that already ran its steps is reported, not rerun.
+accepted (a `--method` or `--seed` equal to the run's own is accepted; `--env` only as the
+run's own env or its file at a new place with the same sha256, `train.env_file`), the run's own
+config plus the `--set`s a resume may change, and what changed is recorded in the run folder; a
+run that already ran its steps is reported, not rerun. A user env's file and sha256 are
+recorded with the run (`train.env_file`).
 """
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from typing import Callable
 from ..config import RunConfig, load_saved, resume_changes
 from ..errors import ConfigError
 from .checkpoint import is_checkpoint
+from .env_file import check_env, log_env_change, moved_env, record_env
 from .loop import train
-from .preflight import check_eval_tasks, load_config, load_saved_checked
+from .preflight import check_eval_tasks, check_names, load_config
 from .run_folder import default_out, record_resume
 
 
@@ -37,6 +41,7 @@ class TrainRequest:
     out: Path | None = None
     resume: Path | None = None
     overwrite: bool = False
+    allow_env_change: bool = False        # a resume may go on with a changed env file
     run_config: RunConfig | None = None   # a config already loaded (`api.train`): used as given,
                                           # with `out` for its folder, instead of the options
 
@@ -47,19 +52,29 @@ def resumed(req: TrainRequest) -> tuple[RunConfig, Path, dict]:
     if req.out is not None or req.overwrite:
         raise ConfigError("--resume continues the run in its own folder: drop --out and "
                           "--overwrite")
-    given = [opt for opt, v in (("--method", req.method), ("--env", req.env),
-                                ("--seed", req.seed), ("--config", req.config),
-                                ("--model", req.model), ("--benchmark", req.benchmark),
-                                ("--engine", req.engine)) if v is not None]
+    run_dir = req.resume.parent.parent if is_checkpoint(req.resume) else req.resume
+    saved = load_saved(run_dir)
+    own = {"--method": saved.method, "--seed": saved.seed}
+    given = [opt for opt, v in (("--method", req.method), ("--seed", req.seed),
+                                ("--config", req.config), ("--model", req.model),
+                                ("--benchmark", req.benchmark), ("--engine", req.engine))
+             if v is not None and not (opt in own and own[opt] == v)]
     if given:
         raise ConfigError(f"{given[0]} would change the resumed run: a resume continues with "
                           f"the run's own settings; drop {given[0]}, or start a new run with "
                           "--out")
-    run_dir = req.resume.parent.parent if is_checkpoint(req.resume) else req.resume
-    saved = load_saved(run_dir)
-    cfg = dataclasses.replace(load_saved_checked(run_dir, req.sets), out=str(run_dir))
+    cfg = dataclasses.replace(load_saved(run_dir, req.sets), out=str(run_dir))
+    changed = resume_changes(saved, cfg)
+    env = cfg.env.name if req.env is None else moved_env(cfg.env.name, req.env)
+    env_change = check_env(run_dir, env, req.allow_env_change)   # before its file is imported
+    if env != cfg.env.name:               # the run's env file, moved (same sha256)
+        changed["env.name"] = [cfg.env.name, env]
+        cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, name=env))
+    cfg = check_names(cfg)                # plugin names (the env's file imports) and --set typos
     record = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "changed": resume_changes(saved, cfg)}
+              "changed": changed}
+    if env_change is not None:
+        record["env_changed"] = env_change
     return cfg, run_dir, record
 
 
@@ -103,6 +118,9 @@ def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
     def ready() -> None:                  # under the run folder's lock
         if record is not None:
             record_resume(out, record)
+            if "env_changed" in record:
+                log_env_change(out, record["env_changed"], "train --resume")
+        record_env(out, cfg.env.name)     # the env file's sha256 the run goes on with
         if announce is not None:
             announce(cfg, out)
 

@@ -120,11 +120,14 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     # the run folder first (lock, no silent overwrite, leftovers removed), before any work
     folder = RunFolder.open(out, resume=bool(resume), overwrite=overwrite, log=log) if comm.is_main else None
     try:
-        return _train(cfg, out, resume, log, progress, comm, t_start, ready, unchecked,
-                      on_step=on_step)
+        return _train(cfg, out, resume, log, progress, comm, t_start, ready, unchecked, folder,
+                      on_step)
     finally:
         if folder is not None:
-            folder.close()
+            try:
+                folder.record_sink_files()    # what the sinks wrote since the last record
+            finally:
+                folder.close()
 
 
 def _resume_state(cfg: RunConfig, resume: str, log: Callable[[str], None]):
@@ -165,13 +168,14 @@ class Run:
     rollout_carry: dict = field(default_factory=dict)  # RolloutContext.carry, step to step
     spread_seen: bool = False             # a step among the first ones had reward spread
     stopped_at: int = 0                   # the step a callback stopped the run at (0: none)
+    folder: RunFolder | None = None       # rank 0's open run folder (records what it writes)
     env_exception_seen: bool = False      # an env's step() raised (logged once)
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
-           ready, unchecked: bool = False,
+           ready, unchecked: bool = False, folder: RunFolder | None = None,
            on_step: Callable[[int, dict], object] | None = None) -> dict:
-    run = open_run(cfg, out, resume, log, comm, ready, unchecked)
+    run = open_run(cfg, out, resume, log, comm, ready, unchecked, folder)
     if progress:
         progress.start(cfg.train.steps, run.start_step)
     for step in range(run.start_step + 1, cfg.train.steps + 1):
@@ -207,7 +211,7 @@ def stop_asked(on_step: Callable[[int, dict], object], step: int, row: dict) -> 
 
 
 def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready,
-             unchecked: bool = False) -> Run:
+             unchecked: bool = False, folder: RunFolder | None = None) -> Run:
     """Models, engine, rollouts, envs and logs of a run, from its checkpoint when resuming
     (else with the base held-out check as step 0); the step budget fixed for the run.
     `unchecked`: the memory check before the run folder could not read the model (a `tiny`
@@ -228,7 +232,9 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
               open_rollouts(rt, learner.critic, out, log),
               TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step),
               rt.spec.tasks("eval", cfg.train.eval_tasks),
-              MetricsLog(out / "metrics.jsonl", sinks=cfg.train.log, config=cfg.to_dict()))
+              MetricsLog(out / "metrics.jsonl", sinks=cfg.train.log, config=cfg.to_dict(),
+                         on_sinks=folder.record_sinks if folder is not None else None),
+              folder=folder)
     if comm.is_main:
         atomic_write_text(out / "config.json",
                           json.dumps(dataclasses.replace(cfg, out=str(out)).to_dict(), indent=2))
@@ -321,6 +327,8 @@ def run_step(run: Run, step: int) -> dict:
     credit = ESTIMATORS.get(cfg.algo.estimator)(batch, cfg.algo)
     batch.advantages, batch.returns, batch.value_mask = credit.advantages, credit.returns, credit.value_mask
     if comm.is_main and trace_due(step, cfg.train.trace_every, cfg.train.steps):   # agentrl view
+        if run.folder is not None:
+            run.folder.claim(files=[f"traces/step-{step:06d}.json"])
         write_trace(run.out, step, eps, batch, result.extras.get("trees"), fmt, cfg.method,
                     algo=cfg.algo)
     # 3. update
@@ -402,6 +410,9 @@ def warn_env_exception(run: Run, row: dict) -> None:
 def save(run: Run, step: int) -> None:
     """A checkpoint at `step`: weights, optimiser, critic and the run's state (exact resume)."""
     learner = run.learner
+    if run.folder is not None:            # claimed before written: a kill mid-save leaves no stray
+        run.folder.claim(files=["checkpoints/latest"],
+                         checkpoints=[checkpoint.step_dir(run.out, step).name])
     checkpoint.save(run.out, step, run.rt.model, run.rt.tok, {
         "step": step, "optimizer": learner.optimizer.state_dict(),
         "value_head": learner.critic.state_dict() if learner.critic else None,
@@ -411,6 +422,8 @@ def save(run: Run, step: int) -> None:
         # its own rank's spend; the ranks' budgets are equal shares)
         "rollout_carry": run.rollout_carry, "method": run.cfg.method,
     })
+    if run.folder is not None:
+        run.folder.record_sink_files()
 
 
 def finish(run: Run, t_start: float) -> dict:
