@@ -320,7 +320,7 @@ def test_a_reader_names_the_checkpoint_it_uses(micro_run, tmp_path):
 # ------------------------------------------------------- a resume continues the same run
 @pytest.mark.parametrize("args, needle", [
     (["--method", "ppo"], "--method would change the resumed run"),
-    (["--env", "search"], "--env would change the resumed run"),
+    (["--env", "locate"], "--env locate would change the resumed run (it ran with env search)"),
     (["--seed", "1"], "--seed would change the resumed run"),
     (["--config", "x.yaml"], "--config would change the resumed run"),
     (["--model", "tiny"], "--model would change the resumed run"),
