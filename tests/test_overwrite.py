@@ -169,3 +169,25 @@ def test_a_wandb_sink_records_its_files_and_overwrite_removes_them(tmp_path, mon
                               *_sets(["train.steps=1", "train.trace_every=0"])])
     assert res.exit_code == 0, res.output
     assert not (out / "wandb").exists() and not (out / "wandb_id").exists()
+
+
+def test_a_run_with_a_version_1_marker_resumes_and_overwrites(tb_run, tmp_path):
+    """A marker an earlier build wrote (top-level names, folders included): its checkpoints,
+    traces and event files are its own; files it cannot vouch for (a wandb/ it named) stop
+    --overwrite, one line, nothing removed."""
+    run = _copy(tb_run, tmp_path / "run")
+    (run / MARKER).write_text(json.dumps({"agentrl_run": 1, "files": list(run_folder.RUN_FILES),
+                                          "resumes": []}))
+    (run / "wandb").mkdir()
+    (run / "wandb" / "debug.log").write_text("x")
+    before = _snapshot(run)
+    with pytest.raises(run_folder.ConfigError, match="holds wandb/debug.log, which"):
+        run_folder.RunFolder.open(run, overwrite=True, log=lambda s: None)
+    assert _snapshot(run) == before
+    with run_folder.RunFolder.open(run, resume=True, log=lambda s: None) as f:
+        f.claim(files=["traces/step-000009.json"], checkpoints=["step-000009"])
+    assert "step-000009" in _marker(run)["checkpoints"]
+    (run / "wandb" / "debug.log").unlink()
+    with run_folder.RunFolder.open(run, overwrite=True, log=lambda s: None):
+        pass
+    assert {p.relative_to(run).as_posix() for p in run.rglob("*")} == {".lock", MARKER}

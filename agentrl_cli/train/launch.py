@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -115,12 +116,13 @@ def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
         out = default_out(cfg)
         cfg = dataclasses.replace(cfg, out=str(out))
 
-    def ready() -> None:                  # under the run folder's lock
-        if record is not None:
-            record_resume(out, record)
-            if "env_changed" in record:
-                log_env_change(out, record["env_changed"], "train --resume")
-        record_env(out, cfg.env.name)     # the env file's sha256 the run goes on with
+    def ready() -> None:                  # under the run folder's lock (rank 0's, torchrun)
+        if int(os.environ.get("RANK", "0")) == 0:
+            if record is not None:
+                record_resume(out, record)
+                if "env_changed" in record:
+                    log_env_change(out, record["env_changed"], "train --resume")
+            record_env(out, cfg.env.name)     # the env file's sha256 the run goes on with
         if announce is not None:
             announce(cfg, out)
 

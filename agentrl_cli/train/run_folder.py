@@ -91,6 +91,8 @@ def read_marker(path: Path) -> dict | None:
     except (ValueError, OSError, UnicodeDecodeError):
         raise ConfigError(f"{path}: {MARKER} is damaged (not the list of files agentrl wrote); "
                           "nothing in the folder was touched") from None
+    for key in ("checkpoints", "dirs", "sinks", "resumes"):   # a version-1 marker has none
+        data.setdefault(key, [])
     return data
 
 
@@ -178,8 +180,9 @@ def checkpoint_files(path: Path, name: str) -> set[str]:
 
 
 def claimed_files(path: Path, marker: dict) -> set[str]:
-    """The files the marker says agentrl wrote (a version-1 marker's `checkpoints` and
-    `traces` folders: their checkpoints, `latest` and trace files)."""
+    """The files the marker says agentrl wrote (a version-1 marker's `checkpoints`, `traces`
+    and `tensorboard` folders: their checkpoints, `latest`, trace files and event files; the
+    rest of a folder it named is not vouched for)."""
     path, out = Path(path), set()
     steps = list(marker.get("checkpoints", []))
     for name in marker["files"]:
@@ -190,6 +193,8 @@ def claimed_files(path: Path, marker: dict) -> set[str]:
             out.add("checkpoints/latest")
         elif name == "traces":
             out.update(f"traces/{p.name}" for p in (path / name).glob("step-*.json"))
+        elif name == "tensorboard":
+            out.update(f"tensorboard/{p.name}" for p in (path / name).glob("events.out.tfevents.*"))
     for step in steps:
         out |= checkpoint_files(path, step)
     return out
