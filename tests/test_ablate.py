@@ -308,24 +308,29 @@ def _cfg(steps: int, eval_every: int):
 
 
 def test_sweep_estimate_is_measured_on_the_first_runs_first_steps():
-    """setup once per run and once per held-out check, the mean step (the first, warm-up step
-    dropped) times the steps, runs over the job slots."""
-    est = AP.SweepEstimate(setup_s=10.0, step_s=(5.0, 2.0, 2.0))
-    assert est.run_seconds(_cfg(20, 10)) == pytest.approx(10 * 3 + 2 * 20)   # checks at 10, 20
-    assert est.run_seconds(_cfg(25, 10)) == pytest.approx(10 * 4 + 2 * 25)   # and the last step
-    assert "about 2.3 min for 4 run(s)" in est.line([_cfg(20, 10)], runs=4, jobs=2)
+    """setup once per run, each held-out check at the step's rollout scaled by its episodes,
+    the mean step (the first, warm-up step dropped) times the steps, runs over the job slots."""
+    cfg = _cfg(20, 10)
+    scale = cfg.train.eval_tasks * cfg.train.eval_samples / (
+        cfg.rollout.tasks_per_step * cfg.rollout.group_size)
+    est = AP.SweepEstimate(setup_s=10.0, step_s=(5.0, 2.0, 2.0), rollout_s=(3.0, 1.0, 1.0))
+    assert est.run_seconds(cfg) == pytest.approx(10 + 2 * scale + 2 * 20)   # checks at 10, 20
+    assert est.run_seconds(_cfg(25, 10)) == pytest.approx(10 + 3 * scale + 2 * 25)  # and the last
+    assert AP.SweepEstimate(10.0, (2.0,)).run_seconds(cfg) == pytest.approx(10 + 2 * 10 + 2 * 20)
+    minutes = (10 + 2 * scale + 40) * 4 / 2 / 60
+    assert f"about {minutes:.1f} min for 4 run(s)" in est.line([cfg], runs=4, jobs=2)
     lines = []
     probe = AR.EstimateProbe([_cfg(20, 10)], runs=4, jobs=2, log=lines.append)
     steps = AR.StepLines("c seed 0", lambda s: None, probe)
     steps.start(20, 0)
     steps.created = steps.t0 - 10.0                  # 10 s from the run's start to its first step
     row = {"reward/mean": 0.5, "rollout/tokens": 120}
-    for i, t in enumerate((5.0, 2.0), 1):
-        steps.update(i, {**row, "time/step": t})
+    for i, (t, r) in enumerate(((5.0, 3.0), (2.0, 1.0)), 1):
+        steps.update(i, {**row, "time/step": t, "time/rollout": r})
     assert lines == []                               # not before the third step
     for i in (3, 4):
-        steps.update(i, {**row, "time/step": 2.0})
-    assert len(lines) == 1 and "about 2.3 min" in lines[0] and "2.0s per step" in lines[0]
+        steps.update(i, {**row, "time/step": 2.0, "time/rollout": 1.0})
+    assert len(lines) == 1 and est.line([cfg], 4, 2) == lines[0], lines
 
 
 def test_a_parallel_sweep_estimates_from_its_first_runs_metrics(tmp_path):

@@ -164,11 +164,14 @@ class EstimateProbe:
         self.configs, self.runs, self.jobs, self.log = configs, runs, jobs, log
         self.done = False
 
-    def observe(self, setup_s: float, step_s: list[float], last: bool) -> None:
-        if self.done or not step_s or (len(step_s) < ESTIMATE_AFTER_STEPS and not last):
+    def observe(self, setup_s: float, rows: list[dict], last: bool) -> None:
+        """`rows`: the first run's metrics rows so far (`time/step`, `time/rollout`)."""
+        if self.done or not rows or (len(rows) < ESTIMATE_AFTER_STEPS and not last):
             return
         self.done = True
-        est = SweepEstimate(setup_s, tuple(step_s[:ESTIMATE_AFTER_STEPS]))
+        first = rows[:ESTIMATE_AFTER_STEPS]
+        est = SweepEstimate(setup_s, tuple(r["time/step"] for r in first),
+                            tuple(r["time/rollout"] for r in first if "time/rollout" in r))
         self.log(est.line(self.configs, self.runs, self.jobs))
 
     def watch(self, metrics: Path, started: float) -> None:
@@ -182,10 +185,10 @@ class EstimateProbe:
             rows = read_metrics(metrics)
         except (OSError, ValueError):
             return
-        step_s = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
-        if len(step_s) >= ESTIMATE_AFTER_STEPS:
-            setup = time.time() - started - sum(step_s)
-            self.observe(max(0.0, setup), step_s, last=False)
+        rows = [r for r in rows if isinstance(r.get("time/step"), (int, float))]
+        if len(rows) >= ESTIMATE_AFTER_STEPS:
+            setup = time.time() - started - sum(r["time/step"] for r in rows)
+            self.observe(max(0.0, setup), rows, last=False)
 
 
 class StepLines:
@@ -194,7 +197,7 @@ class StepLines:
 
     def __init__(self, label: str, log: Callable[[str], None], probe: EstimateProbe | None = None):
         self.label, self.log, self.probe = label, log, probe
-        self.created, self.step_s = time.time(), []
+        self.created, self.rows = time.time(), []
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done0, self.t0 = total, done, time.time()
@@ -209,8 +212,8 @@ class StepLines:
                  f"held-out {held_out(row)}  {row['rollout/tokens']} tokens  "
                  f"{row['time/step']:.1f}s  (run ETA {per * (self.total - step):.0f}s)")
         if self.probe is not None:
-            self.step_s.append(row["time/step"])
-            self.probe.observe(self.t0 - self.created, self.step_s, last=step == self.total)
+            self.rows.append(row)
+            self.probe.observe(self.t0 - self.created, self.rows, last=step == self.total)
 
     def stop(self) -> None:
         pass
