@@ -284,7 +284,8 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
 
 
 @CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.dynamic_rounds",
-                                         "algo.overlong_shaping", "algo.overlong_cache"))
+                                         "algo.overlong_shaping", "algo.overlong_cache",
+                                         "algo.rewards", "algo.reward_mode"))
 def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
     """G independent episodes per task (GRPO-style groups); DAPO dynamic sampling when
     `algo.dynamic_sampling` is on."""

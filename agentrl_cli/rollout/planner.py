@@ -91,7 +91,7 @@ ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("fo
 # scheduler, declare it where they register): allocation only, credit is `credit.focus_credit`'s
 PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain",
                  "algo.focus_evidence", "algo.focus_max_inflight", "algo.focus_min_depth", "algo.kappa",
-                 "algo.overlong_shaping", "algo.overlong_cache")
+                 "algo.overlong_shaping", "algo.overlong_cache", "algo.rewards", "algo.reward_mode")
 
 
 @ALLOCATORS.register("focus")

@@ -287,7 +287,8 @@ def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> R
     return res
 
 
-@PATH_CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.overlong_shaping", "algo.overlong_cache"))
+@PATH_CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.overlong_shaping",
+                                              "algo.overlong_cache", "algo.rewards", "algo.reward_mode"))
 def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
     """`group_size` episodes per task; episode i (task-major) samples from
     `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`, as many

@@ -127,7 +127,8 @@ def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]
     return eps
 
 
-@CONTROLLERS.register("vine", reads=("algo.vine_k", "algo.overlong_shaping", "algo.overlong_cache"))
+@CONTROLLERS.register("vine", reads=("algo.vine_k", "algo.overlong_shaping", "algo.overlong_cache",
+                                     "algo.rewards", "algo.reward_mode"))
 def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     """G episodes per task plus `algo.vine_k` value continuations from every boundary state."""
     snaps: dict[int, list[tuple[int, object]]] = {}
