@@ -179,3 +179,41 @@ def test_a_sweep_report_in_a_browser(report, browser, tmp_path):
     assert len(browser.find_elements(By.CSS_SELECTOR, "#sweep-curves polyline")) >= 4   # 4 runs
     assert browser.find_elements(By.CSS_SELECTOR, "#final-vs-algo_beta circle")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#cells tr")) == 1 + 4
+
+
+def test_a_bad_part_does_not_blank_the_page(report, browser, tmp_path):
+    """What could not be read is listed on the page; a part that fails to draw (a trace or
+    metrics that got past the checks, put on the page here directly) shows a note in its
+    place and every other part is drawn."""
+    from selenium.webdriver.common.by import By
+
+    from agentrl_cli.reporting import view as view_mod
+
+    run, _ = report
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints", "report.html"))
+    (copy / "summary.json").unlink()
+    (copy / "summary.json").symlink_to(run / "summary.json")
+    r = CliRunner().invoke(app, ["view", str(copy)])
+    assert r.exit_code == 0 and "could not read" in r.output, r.output
+    _open(browser, copy / "report.html")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#problems-table tr")
+    assert len(rows) == 2 and "summary.json" in rows[1].text and "symbolic link" in rows[1].text
+    assert browser.find_elements(By.CSS_SELECTOR, "#tree-svg .node") and _errors(browser) == []
+
+    data = view_mod.run_data(run)
+    data["traces"][-1]["trees"][0]["nodes"] = "not a list"
+    (tmp_path / "tree.html").write_text(view_mod.page(data), encoding="utf-8")
+    _open(browser, tmp_path / "tree.html")
+    assert "could not be drawn" in browser.find_element(By.ID, "tree-view").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#tokens .tok.trained")
+    assert browser.find_elements(By.ID, "chart-eval_success")
+    assert browser.find_elements(By.CSS_SELECTOR, "#calibration circle")
+
+    data = view_mod.run_data(run)
+    data["metrics"] = "not rows"
+    (tmp_path / "curves.html").write_text(view_mod.page(data), encoding="utf-8")
+    _open(browser, tmp_path / "curves.html")
+    assert "could not be drawn" in browser.find_element(By.ID, "curves").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#tree-svg .node")
+    assert browser.find_elements(By.CSS_SELECTOR, "#tokens .tok")
