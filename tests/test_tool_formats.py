@@ -356,3 +356,24 @@ def test_a_template_without_tools_under_hermes_exits_2(tmp_path, qwen3_dir):
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.strip().splitlines() if ln.startswith("error")]
     assert len(lines) == 1 and "does not render the tool schemas" in lines[0]
+
+
+def test_the_python_api_trains_the_qwen3_model_with_json_tools(qwen3_dir, tmp_path):
+    """The same run from Python (`agentrl_cli.api`): two GRPO steps with hermes tool calls, a
+    step callback that sees each row, the traced prompt holding the tool schemas."""
+    from agentrl_cli import api
+
+    sets = [*MICRO, "model.tool_format=hermes", "rollout.max_tokens=1536", "train.trace_every=1",
+            "train.steps=2"]
+    cfg = api.load_config(sets=sets, method="grpo", env="search", model=str(qwen3_dir))
+    assert cfg.model.tool_format == "hermes"
+    seen = []
+    out = tmp_path / "api-run"
+    summary = api.train(cfg, out, log=lambda s: None,
+                        on_step=lambda step, row: seen.append((step, row["rollout/tokens"])))
+    assert [s for s, _ in seen] == [1, 2] and all(t > 0 for _, t in seen)
+    assert (out / "summary.json").is_file() and "final_success" in summary
+    trace = json.loads((out / "traces" / "step-000001.json").read_text())
+    ep = trace["episodes"][0]
+    prompt = "".join(ep["tokens"][:ep["turns"][0]["start"]])
+    assert "<tools>" in prompt and '"name": "search"' in prompt
