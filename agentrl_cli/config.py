@@ -520,9 +520,33 @@ def _check_key(key: str) -> None:
         return
     from .registry import suggest
 
+    head = key.partition(".")[0]
+    if head not in SECTIONS and head not in LEAF_TYPES:
+        _check_section(head, key)
     close = suggest(key, list(LEAF_TYPES))
     hint = f" (did you mean '{close}'?)" if close else ""
     raise ConfigError(f"unknown config key '{key}'{hint}")
+
+
+def _check_section(name: str, key: str | None = None) -> None:
+    """A one-line error for unknown section `name` (of `key`, a dotted key), naming the
+    nearest section when it is a mistyped one (`trian`), or the nearest key of that section
+    (`trian.stesp`: `train.steps`). With `key`, returns when no section is near (the caller's
+    error for the key follows)."""
+    from .registry import suggest
+
+    close = suggest(name, sorted(SECTIONS))
+    if close is None and key is not None:
+        return
+    rest = key.partition(".")[2] if key else ""
+    if close and rest:
+        near = suggest(rest, [k.partition(".")[2] for k in LEAF_TYPES if k.startswith(f"{close}.")])
+        if near:
+            raise ConfigError(f"unknown config key '{key}' (did you mean '{close}.{near}'?)")
+    given = f" in '{key}'" if key and key != name else ""
+    hint = f"did you mean '{close}'? " if close else ""
+    raise ConfigError(f"unknown config section '{name}'{given} ({hint}sections: "
+                      f"{', '.join(sorted(SECTIONS))})")
 
 
 _ENV_KEY = re.compile(r"env\.(options\.)?[A-Za-z_][A-Za-z0-9_]*$")
@@ -774,6 +798,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             key = f"{prefix}{k}"
             if isinstance(v, dict) and key in SECTIONS:
                 walk(v, key + ".")
+            elif isinstance(v, dict) and not prefix and key not in LEAF_TYPES:
+                _check_section(key)       # `trian:` holding keys: the nearest section
             else:
                 _check_given_key(key)
                 if key in flat:           # `train.lr: x` and `train: {lr: y}` in one file

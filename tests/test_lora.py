@@ -158,3 +158,115 @@ def test_a_checkpoint_without_weights_or_adapters_is_damaged(tmp_path):
     (ck / lora.ADAPTER_FILE).write_bytes(b"x")
     checkpoint.write_manifest(ck)
     assert checkpoint.verify(ck) is None
+
+
+def _cli_sets(extra=()):
+    return sum((["--set", s] for s in [*MICRO, *extra]), [])
+
+
+def _step_metrics(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
+            if json.loads(x)["step"] > 0]
+
+
+def test_a_merged_lora_checkpoint_trains_every_weight(tmp_path):
+    """`--model <a LoRA checkpoint>` with `model.lora_rank=0`: the adapters merged into the base,
+    and then a full fine-tune in which the policy's own weights move (PEFT loads the adapters
+    over a frozen base; merged as loaded, nothing of the policy would train)."""
+    runner = CliRunner()
+    lora_run, full_run = tmp_path / "lora", tmp_path / "full"
+    res = runner.invoke(app, ["train", "--method", "grpo", "--steps", "1", "--out", str(lora_run),
+                              *_cli_sets(LORA)])
+    assert res.exit_code == 0, res.output
+    ck = checkpoint.step_dir(lora_run, 1)
+    assert (ck / lora.ADAPTER_FILE).is_file()
+    # an entropy bonus: a gradient on every policy weight whatever the micro model's rewards
+    res = runner.invoke(app, ["train", "--method", "grpo", "--model", str(ck), "--steps", "1",
+                              "--out", str(full_run),
+                              *_cli_sets(["model.lora_rank=0", "algo.entropy_coef=0.1"])])
+    assert res.exit_code == 0, res.output
+    assert _step_metrics(full_run)[0]["grad_norm"] > 0
+    merged = load_policy(config.load(sets=MICRO + [f"model.name={ck}"]), log=lambda s: None)[0]
+    assert not lora.is_lora(merged) and all(p.requires_grad for p in merged.parameters())
+    trained = load_file(str(checkpoint.step_dir(full_run, 1) / checkpoint.WEIGHTS_FILE))
+    start = merged.state_dict()
+    moved = [k for k in trained if k in start and not torch.equal(trained[k], start[k])]
+    assert any("q_proj" in k for k in moved) and any("mlp" in k for k in moved), moved
+
+
+class _OddNames(torch.nn.Module):
+    """A model whose linear layers have no known projection name (eight of them)."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import PretrainedConfig
+
+        self.config = PretrainedConfig(hidden_size=8)
+        self.mix = torch.nn.ModuleDict({f"mix{i}": torch.nn.Linear(8, 8) for i in range(8)})
+
+
+def test_no_known_projection_lists_the_linear_layers_and_the_key():
+    cfg = config.load(sets=MICRO + LORA)
+    with pytest.raises(ConfigError) as e:
+        lora.wrap(_OddNames(), cfg, "odd")
+    msg = str(e.value)
+    assert "\n" not in msg and "model.lora_targets=" in msg
+    assert "mix0, mix1, mix2, mix3, mix4, mix5 and 2 more" in msg, msg
+    assert lora.linear_names(_OddNames()) == [f"mix{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize("rank, needle", [
+    ("100000", "model.lora_rank=100000 is above this model's hidden width"),
+    ("-1", "model.lora_rank must be >= 0"),
+])
+def test_a_rank_out_of_bounds_is_one_line_before_any_rollout(tmp_path, rank, needle):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", "--method", "grpo", "--steps", "1", "--out", str(out),
+                                   *_cli_sets([f"model.lora_rank={rank}"])])
+    assert res.exit_code == 2, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error")]
+    assert len(errors) == 1 and needle in errors[0] and "Traceback" not in res.output
+    assert not (out / "metrics.jsonl").exists()      # no step, not even the base evaluation
+    width = load_policy(config.load(sets=MICRO), log=lambda s: None)[0].config.hidden_size
+    assert str(width) in errors[0] or rank == "-1"
+
+
+_IDS = dict(vocab_size=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_LLAMA_LIKE = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+_NEOX_LIKE = {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}
+FAMILIES = {   # a config of each family (one layer, width 32) -> its default LoRA targets
+    "qwen2": ("Qwen2Config", dict(num_key_value_heads=2), _LLAMA_LIKE),
+    "mistral": ("MistralConfig", dict(num_key_value_heads=2), _LLAMA_LIKE),
+    "phi": ("PhiConfig", {}, {"q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"}),
+    "phi3": ("Phi3Config", {}, {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}),
+    "gpt2": ("GPT2Config", dict(n_embd=32, n_layer=1, n_head=4), {"c_attn", "c_proj", "c_fc"}),
+    "gpt_neox": ("GPTNeoXConfig", {}, _NEOX_LIKE),
+    "falcon": ("FalconConfig", {}, _NEOX_LIKE),
+}
+
+
+def _family_model(name):
+    import transformers
+
+    cls, extra, _ = FAMILIES[name]
+    sizes = {} if name == "gpt2" else dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                           intermediate_size=64)
+    if name == "falcon":
+        sizes.pop("intermediate_size")
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**_IDS, **sizes, **extra))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_default_targets_cover_the_common_families_and_their_adapters_train(family):
+    model = _family_model(family)
+    assert set(lora.default_targets(model)) == FAMILIES[family][2]
+    cfg = config.load(sets=MICRO + LORA)
+    peft_model = lora.wrap(model, cfg, family)
+    assert set(peft_model.peft_config["default"].target_modules) == FAMILIES[family][2]
+    ids = torch.randint(3, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    peft_model.train()
+    peft_model(input_ids=ids, labels=ids).loss.backward()
+    grads = [(n, p.grad) for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert grads and all(".lora_" in n for n, _ in grads)
+    assert any(g is not None and g.abs().max() > 0 for n, g in grads if ".lora_B." in n)

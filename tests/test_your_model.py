@@ -87,6 +87,22 @@ def _llama_folder(path, template: str | None = TEMPLATE):
     return path
 
 
+def _gpt2_folder(path):
+    """A random GPT-2 model (about 200K parameters: Conv1D projections c_attn, c_proj, c_fc)
+    with its own tokenizer, as a HF folder."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = _tokenizer(TEMPLATE)
+    cfg = GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=4, n_positions=1024,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                     pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
     return _llama_folder(tmp_path_factory.mktemp("llama") / "model")
@@ -173,3 +189,38 @@ def test_template_errors_exit_2_and_model_chat_template_fixes_them(tmp_path):
         load_policy(config.load(sets=[*MICRO, f"model.name={bad}",
                                       f"model.chat_template={tmp_path / 'none.jinja'}"]),
                     log=lambda s: None)
+
+
+def test_gpt2_family_trains_lora_on_its_conv1d_projections(tmp_path):
+    """GPT-2's projections are transformers' Conv1D (weight stored as in x out): LoRA finds
+    c_attn, c_proj and c_fc by default, adapts them with fan_in_fan_out, a step trains the
+    adapters, and the merged weights (what a vLLM engine receives) equal PEFT's own merge."""
+    import copy
+
+    import torch
+    from safetensors.torch import load_file
+
+    from agentrl_cli.models import lora
+
+    model_dir, out = _gpt2_folder(tmp_path / "gpt2"), tmp_path / "run"
+    # an entropy bonus: a gradient on the adapters whatever the random model's rewards
+    res = runner.invoke(app, ["train", "--method", "grpo", "--env", "search", "--model",
+                              str(model_dir), "--steps", "1", "--out", str(out),
+                              *_sets(["model.lora_rank=4", "algo.entropy_coef=0.1"])])
+    assert res.exit_code == 0, res.output
+    assert "lora: rank 4 adapters on c_attn, c_fc, c_proj" in res.output
+    ck = out / "checkpoints" / "step-000001"
+    conf = json.loads((ck / "adapter_config.json").read_text())
+    assert set(conf["target_modules"]) == {"c_attn", "c_proj", "c_fc"} and conf["fan_in_fan_out"]
+    adapters = load_file(str(ck / "adapter_model.safetensors"))
+    assert any(".lora_B." in k and v.abs().max() > 0 for k, v in adapters.items())  # B starts at 0
+
+    policy = load_policy(config.load(sets=[*MICRO, f"model.name={ck}", "model.lora_rank=4"]),
+                         log=lambda s: None)[0]
+    merged, want = lora.merged_state_dict(policy), copy.deepcopy(policy).merge_and_unload().state_dict()
+    assert merged.keys() == want.keys()
+    assert all(torch.allclose(merged[k], want[k], atol=1e-6) for k in want)
+    res = runner.invoke(app, ["train", "--method", "grpo", "--env", "search", "--model",
+                              str(model_dir), "--steps", "1", "--out", str(tmp_path / "bad"),
+                              *_sets(["model.lora_rank=4", "model.lora_targets=q_proj"])])
+    assert res.exit_code == 2 and "its linear layers: c_attn, c_fc, c_proj, lm_head" in res.output

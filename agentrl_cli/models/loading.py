@@ -123,7 +123,7 @@ def _load_weights(path: str, cfg: RunConfig, log: Callable[[str], None]):
                               "a folder here (adapter_config.json: base_model_name_or_path)")
         model = lora.load_adapted(load_model(base, cfg), path, trainable=cfg.model.lora_rank > 0)
         if cfg.model.lora_rank == 0:
-            return model.merge_and_unload()
+            return lora.merge(model)
         log(f"lora: the adapters of {path} over {base} (their own rank and targets)")
         return model
     model = load_model(path, cfg)

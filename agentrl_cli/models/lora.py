@@ -6,7 +6,11 @@ imports it, and a missing PEFT is a one-line error naming `pip install peft`.
 
 - `wrap`: `get_peft_model` over the loaded model; only the adapters require gradients (the
   optimiser receives `trainable_parameters`). `model.lora_targets` empty: every linear layer
-  whose name is a known attention or MLP projection (`PROJECTIONS`) present in the model.
+  (torch's `Linear`, or transformers' `Conv1D` as in GPT-2, adapted with `fan_in_fan_out`)
+  whose name is a known attention or MLP projection (`PROJECTIONS`) present in the model. A
+  rank above the model's hidden width is a one-line error (`check_rank`).
+- `merge`: a folder's adapters merged into their base, every parameter trainable (a full
+  fine-tune from a LoRA checkpoint).
 - The policy stays a `PeftModel`: its forward, `get_decoder()` and `get_output_embeddings()`
   reach the wrapped model, whose target layers hold the adapters in place, so the `hf` engine,
   which shares the module, samples from the adapted model.
@@ -32,11 +36,16 @@ from ..errors import ConfigError
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_FILE = "adapter_model.safetensors"
 PEFT_HINT = "pip install peft (or pip install 'agentrl[lora]')"
-# the attention and MLP projections of the common decoder families (Llama, Qwen, Mistral, Gemma,
-# Phi, GPT-2/NeoX, Falcon, MPT); `default_targets` keeps those present in a model
+# the attention and MLP projections of the common decoder families: Llama, Qwen, Mistral, Gemma
+# (q/k/v/o_proj, gate/up/down_proj), Phi-3 (qkv_proj, gate_up_proj), Phi-1/2 and OPT (dense,
+# out_proj, fc1, fc2), GPT-2 (c_attn, c_proj, c_fc: Conv1D), GPT-NeoX, Falcon and Bloom
+# (query_key_value, dense, dense_h_to_4h, dense_4h_to_h), GPT-J (fc_in, fc_out), MPT (Wqkv);
+# `default_targets` keeps those present in a model
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj",
                "down_proj", "gate_up_proj", "c_attn", "c_proj", "c_fc", "query_key_value",
-               "dense", "dense_h_to_4h", "dense_4h_to_h", "Wqkv", "out_proj", "fc1", "fc2")
+               "dense", "dense_h_to_4h", "dense_4h_to_h", "Wqkv", "out_proj", "fc1", "fc2",
+               "fc_in", "fc_out")
+LISTED = 6      # a one-line error names this many of a model's layers, then a count
 _ADAPTER_KEY = re.compile(r"\.(lora_A|lora_B|lora_embedding_A|lora_embedding_B|lora_magnitude_vector)"
                           r"(?=\.|$)")
 
@@ -71,24 +80,62 @@ def is_adapter_folder(path: str | Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
+def _is_conv1d(mod) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(mod, Conv1D)
+
+
+def _adaptable(mod) -> bool:
+    """A layer LoRA adapts as a linear map: torch's `Linear`, or transformers' `Conv1D`
+    (GPT-2's projections, a linear layer with its weight stored transposed)."""
+    return isinstance(mod, torch.nn.Linear) or _is_conv1d(mod)
+
+
+def linear_names(model) -> list[str]:
+    """The distinct names (the last part) of `model`'s linear layers, sorted."""
+    return sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
+                   if name and _adaptable(mod)})
+
+
 def default_targets(model) -> list[str]:
     """The names in `PROJECTIONS` of the linear layers present in `model` (sorted)."""
-    found = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
-             if isinstance(mod, torch.nn.Linear)}
-    return sorted(found & set(PROJECTIONS))
+    return sorted(set(linear_names(model)) & set(PROJECTIONS))
+
+
+def _listed(names: list[str]) -> str:
+    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+    return (", ".join(names[:LISTED]) + more) if names else "none"
 
 
 def _targets(model, spec: str) -> list[str]:
     names = [t.strip() for t in spec.split(",") if t.strip()] if spec else default_targets(model)
     if not names:
-        raise ConfigError("model.lora_targets: this model has none of the usual projection layers "
-                          f"({', '.join(PROJECTIONS[:7])}, ...); name its linear layers, comma-separated")
+        raise ConfigError("model.lora_targets: none of this model's linear layers has a known "
+                          f"projection name; its linear layers: {_listed(linear_names(model))}; "
+                          "set model.lora_targets=NAME,NAME to choose")
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [t for t in names if t not in present]
     if missing:
         raise ConfigError(f"model.lora_targets: no module named {', '.join(missing)} in this model "
-                          f"(its projections: {', '.join(default_targets(model)) or 'none known'})")
+                          f"(its linear layers: {_listed(linear_names(model))})")
     return names
+
+
+def hidden_width(model) -> int | None:
+    """The model's hidden size (`hidden_size`, GPT-2's `n_embd`, ...), None if its config has none."""
+    conf = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    width = getattr(conf, "hidden_size", None)
+    return width if isinstance(width, int) and width > 0 else None
+
+
+def check_rank(model, rank: int) -> None:
+    """A rank above the model's hidden width is a one-line error: an adapter's update B @ A
+    cannot have a rank above its layer's width, so the excess only adds parameters."""
+    width = hidden_width(model)
+    if width is not None and rank > width:
+        raise ConfigError(f"model.lora_rank={rank} is above this model's hidden width ({width}); "
+                          f"use a rank of at most {width} (8-64 is usual)")
 
 
 def wrap(model, cfg, base_path: str):
@@ -96,12 +143,27 @@ def wrap(model, cfg, base_path: str):
     config records `base_path` (absolute for a local folder) as the base to load them over."""
     peft = require_peft()
     m = cfg.model
+    check_rank(model, m.lora_rank)
+    targets = _targets(model, m.lora_targets)
     conf = peft.LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                           target_modules=_targets(model, m.lora_targets), bias="none",
-                           task_type="CAUSAL_LM")
+                           target_modules=targets, bias="none", task_type="CAUSAL_LM",
+                           fan_in_fan_out=_transposed(model, targets))
     out = peft.get_peft_model(model, conf)
     _record_base(out, base_path)
     return out
+
+
+def _transposed(model, targets: list[str]) -> bool:
+    """Whether the targeted layers store their weight as (in, out) (`Conv1D`): PEFT's
+    `fan_in_fan_out`."""
+    return any(_is_conv1d(mod) for name, mod in model.named_modules()
+               if name.rsplit(".", 1)[-1] in targets)
+
+
+def merge(model):
+    """A PEFT model's adapters merged into its base: a plain model whose every parameter
+    trains. PEFT loads a folder's adapters over a frozen base, and merging keeps those flags."""
+    return model.merge_and_unload().requires_grad_(True)
 
 
 def _record_base(model, base_path: str) -> None:

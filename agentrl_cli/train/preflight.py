@@ -20,14 +20,15 @@ from ..errors import ConfigError
 def check_names(cfg: RunConfig) -> RunConfig:
     """Unknown env / engine / estimator / loss / controller / FOCUS allocator / context
     operator -> one `RegistryError` line listing the valid ones; an unknown FOCUS gain, a
-    reward function that does not load, or a controller that cannot run where
-    `rollout.workers` puts it -> one `ConfigError` line.
-    Returns `cfg`."""
+    reward function that does not load, a controller that cannot run where
+    `rollout.workers` puts it, or a LoRA value that can only be a mistake -> one
+    `ConfigError` line. Returns `cfg`."""
     from ..context import OPERATORS
     from ..credit.estimators import ESTIMATORS
     from ..credit.focus import GAIN_KINDS
     from ..engines import ENGINES
     from ..envs import ENVS
+    from ..models.lora import check_options as check_lora
     from ..rollout.controllers import CONTROLLERS
     from ..rollout.planner import ALLOCATORS
     from .policy_losses import POLICY_LOSSES
@@ -47,6 +48,7 @@ def check_names(cfg: RunConfig) -> RunConfig:
 
         load_rewards(a.rewards)
     check_placement(cfg)
+    check_lora(cfg)                       # before a tiny model is built or loaded
     return cfg
 
 
