@@ -47,13 +47,13 @@ class ModelConfig:
     tool_format: str = "text"
     """How the model calls tools: `text` (the built-in envs' `tool(argument)` syntax, described in the system prompt) | `hermes` (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, Qwen2.5/Qwen3/Hermes) | `llama3-json` (`{"name": ..., "parameters": {...}}`, Llama 3.1/3.2). With a JSON format the env's tool schemas are rendered by the chat template (`tools=`) and a malformed call is an error observation (docs/your-model.md)."""
     lora_rank: int = 0
-    """LoRA adapter rank (0: off, the whole model trains). > 0: the policy is wrapped with PEFT (`pip install peft`) and only the adapters train; the reference model is the base with adapters disabled; checkpoints hold the adapters."""
+    """LoRA adapter rank (0: off, the whole model trains), at most the model's hidden width. > 0: the policy is wrapped with PEFT (`pip install peft`) and only the adapters train; the reference model is the base with adapters disabled; checkpoints hold the adapters. 0 with a LoRA checkpoint as the model: its adapters merged, the whole model trains."""
     lora_alpha: float = 16.0
     """LoRA scaling numerator: the adapters' update is scaled by lora_alpha / lora_rank."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA adapters' input during the update, in [0, 1)."""
     lora_targets: str = ""
-    """Comma list of module names that get adapters (e.g. `q_proj,v_proj`). Empty: every attention and MLP projection the model has (q/k/v/o_proj, gate/up/down_proj and the other families' names)."""
+    """Comma list of module names that get adapters (e.g. `q_proj,v_proj`). Empty: every attention and MLP projection the model has (Llama/Qwen/Mistral q/k/v/o_proj and gate/up/down_proj, GPT-2 c_attn/c_proj/c_fc, GPT-NeoX/Falcon query_key_value/dense/dense_h_to_4h/dense_4h_to_h, Phi's: docs/your-model.md)."""
 
 
 @dataclass(frozen=True)
