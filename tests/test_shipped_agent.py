@@ -102,3 +102,13 @@ def test_the_cache_folder_of_a_user_env_is_one_folder(tmp_path, monkeypatch):
     assert path.parent == tmp_path and path.name == f"tiny-home_me_envs_my_env.py_make-{recipe.key()}"
     # the built-ins keep their names (and their keys: cached builds stay valid)
     assert tiny.cache_path(tiny.TinyRecipe()).name == "tiny-search-578b34eb2c2a"
+
+
+@pytest.mark.parametrize("key", ["env.step_timeout_s=5", "env.max_observation_chars=1000",
+                                 "env.deterministic=false"])
+def test_the_env_boundary_checks_load_the_same_build(key):
+    """The boundary checks of a run stop a broken env and never change the world: the shipped
+    agent still loads with any of them set."""
+    recipe = tiny_recipe(load_config(None, [key]))
+    assert recipe.key() == tiny_recipe(load_config(None, None)).key()
+    assert tiny.shipped_path(recipe) == tiny.SHIPPED / "search"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import EnvConfig
+from ..config import ENV_BOUNDARY_KEYS, EnvConfig
 
 RECIPE_VERSION = 9
 LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at its default
@@ -78,9 +78,11 @@ class TinyRecipe:
         """One level of fields, the env's under `ENV_KEYS` names (`env`, `env_seed`, `min_hops`,
         ...): what the key hashes and `recipe.json` records."""
         # a user env's options (none for a built-in env) only when there are any; call_cost
-        # never (a reward setting, always 0 here)
+        # never (a reward setting, always 0 here); nor the boundary checks of a run
+        # (`env.step_timeout_s`, ...): they stop a broken env, they never change the world
         out = {ENV_KEYS.get(k, k): v for k, v in asdict(self.env).items()
-               if not (k == "options" and not v) and k != "call_cost"}
+               if not (k == "options" and not v) and k != "call_cost"
+               and k not in ENV_BOUNDARY_KEYS}
         out.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "env")
         return out
 
