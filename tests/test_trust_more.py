@@ -44,7 +44,7 @@ def _snapshot(folder: Path) -> dict:
 def _fake_train(calls: list, finish: bool = True):
     """A run of a sweep without the work: its config.json (as the trainer writes it) and, when
     `finish`, its summary.json; a checkpoint marker otherwise (a partial run)."""
-    def fake(sweep, cell, seed, log=lambda s: None):
+    def fake(sweep, cell, seed, log=lambda s: None, probe=None):
         calls.append((cell.name, seed))
         run = sweep.run_dir(cell, seed)
         run.mkdir(parents=True, exist_ok=True)
