@@ -366,3 +366,20 @@ def test_the_violation_error_is_located():
 
     again = pickle.loads(pickle.dumps(e.at("t3", 2)))        # as a Ray worker's error travels
     assert isinstance(again, ConfigError) and str(again) == str(e.at("t3", 2))
+
+
+def test_the_guard_never_shadows_the_envs_own_attributes():
+    """An env's own `steps` and `task_id` are read through the guard as they are: after a
+    restore the guarded env reports the restored env's step count, not the guard's tally."""
+    from agentrl_cli import config
+    from agentrl_cli.context import make_spec
+
+    spec = make_spec(config.load(sets=["env.name=search"]))
+    env = spec.make()
+    env.reset(spec.tasks("eval")[0])
+    env.step("search(x)")
+    snap = env.snapshot()
+    env.step("search(y)")
+    assert env.steps == env.inner.steps == 2
+    env.restore(snap)
+    assert env.steps == env.inner.steps == 1

@@ -155,8 +155,10 @@ class GuardedEnv:
 
     def __init__(self, inner, limits: Limits):
         self.inner, self.limits = inner, limits
-        self.task_id: str | None = None       # known after reset (not after restore)
-        self.steps = 0
+        # the guard's own bookkeeping, named so it never shadows the inner env's attributes
+        # (an env's `steps` or `task_id` stays its own, through `__getattr__`)
+        self.guard_task: str | None = None    # known after reset (not after restore)
+        self.guard_steps = 0
 
     @property
     def system_prompt(self) -> str:
@@ -170,11 +172,11 @@ class GuardedEnv:
                              "cannot be interrupted)") from None
 
     def error(self, problem: str, step: Any = None) -> EnvContractError:
-        return EnvContractError(self.limits.env, problem, self.task_id,
-                                self.steps if step is None else step)
+        return EnvContractError(self.limits.env, problem, self.guard_task,
+                                self.guard_steps if step is None else step)
 
     def reset(self, task) -> str:
-        self.task_id, self.steps = getattr(task, "task_id", None), 0
+        self.guard_task, self.guard_steps = getattr(task, "task_id", None), 0
         obs = self._call(self.inner.reset, task, "reset()")
         if not isinstance(obs, str):
             raise self.error(f"reset returned {type(obs).__name__}, not str (the first user "
@@ -185,7 +187,7 @@ class GuardedEnv:
         return obs
 
     def step(self, action: str):
-        self.steps += 1
+        self.guard_steps += 1
         res = self._call(self.inner.step, action, "step()")
         bad = result_problem(res, self.limits.rewards, self.limits.max_observation_chars)
         if bad is not None:
@@ -196,11 +198,11 @@ class GuardedEnv:
         return self.inner.snapshot()
 
     def restore(self, state: Any) -> None:
-        self.task_id = None
+        self.guard_task = None
         self.inner.restore(state)
 
     def __getattr__(self, name: str):
-        if name in ("inner", "limits"):      # not set yet (e.g. during unpickling): no recursion
+        if name in ("inner", "limits", "guard_task", "guard_steps"):   # not set yet (unpickling)
             raise AttributeError(name)
         return getattr(self.inner, name)
 
