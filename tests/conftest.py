@@ -112,3 +112,18 @@ def train_until_interrupted(monkeypatch, cfg, out, step: int = 2) -> None:
     with pytest.raises(KeyboardInterrupt):
         loop.train(cfg, out, log=lambda s: None)
     monkeypatch.setattr(checkpoint, "save", real_save)
+
+
+def complete_tree(tree: dict) -> dict:
+    """A hand-written trace tree with every node field the trace schema requires: `parent`
+    (from the node's own field, else from `paths`: consecutive ids), `depth` and `children`."""
+    nodes = {nd["id"]: nd for nd in tree["nodes"]}
+    for ids in tree.get("paths", {}).values():
+        for a, b in zip(ids, ids[1:]):
+            nodes[b].setdefault("parent", a)
+    for nd in tree["nodes"]:
+        nd.setdefault("parent", -1)
+        nd["children"] = [c["id"] for c in tree["nodes"] if c.get("parent") == nd["id"]]
+    for nd in tree["nodes"]:                  # parents come before their children
+        nd.setdefault("depth", 0 if nd["parent"] < 0 else nodes[nd["parent"]]["depth"] + 1)
+    return tree

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import complete_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("credit_retention", ROOT / "benchmarks" / "credit_retention.py")
 cr = importlib.util.module_from_spec(spec)
@@ -21,7 +23,7 @@ def _saved_tree() -> dict:
             (1, 0.0, None, 1, 31), (0, None, 0.2, 2, 22), (4, 1.0, None, 2, 40)]
     nodes = [{"id": i, "parent": p, "reward": r, "v": v, "path": path, "position": pos}
              for i, (p, r, v, path, pos) in enumerate(rows)]
-    return {"nodes": nodes, "paths": {"0": [0, 1, 2], "1": [0, 1, 3], "2": [0, 4, 5]}}
+    return complete_tree({"nodes": nodes, "paths": {"0": [0, 1, 2], "1": [0, 1, 3], "2": [0, 4, 5]}})
 
 
 def _algo(baseline: str, prior: str = "critic"):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import complete_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("samples_by_depth", ROOT / "benchmarks" / "samples_by_depth.py")
 sbd = importlib.util.module_from_spec(spec)
@@ -21,7 +23,7 @@ def _tree() -> dict:
                          (2, 2, 3), (1, 3, 2), (7, 3, 3)]
     nodes = [{"id": i, "parent": p, "path": path, "depth": d} for i, (p, path, d) in enumerate(parent_path_depth)]
     paths = {"0": [0, 1, 2, 3], "1": [0, 4, 5], "2": [0, 1, 2, 6], "3": [0, 1, 7, 8]}
-    return {"nodes": nodes, "paths": paths}
+    return complete_tree({"nodes": nodes, "paths": paths})
 
 
 def _run(tmp: Path, name: str, method: str, trace: dict) -> Path:
@@ -38,7 +40,8 @@ def test_a_tree_trains_each_segment_once_on_the_path_that_made_it(tmp_path, caps
     assert sbd.tree_counts(_tree())[:4] == [2, 3, 3, 0]
     focus = _run(tmp_path, "f", "focus", {"trees": [_tree(), _tree()]})
     # a linear step: 4 sampled episodes of 1, 2, 2 and 3 segments, 8 per task
-    eps = [{"turns": [{}] * n} for n in (1, 2, 2, 3)]
+    eps = [{"turns": [{}] * n, "tokens": [], "response_mask": [], "advantages": []}
+           for n in (1, 2, 2, 3)]
     grpo = _run(tmp_path, "g", "grpo", {"episodes": eps, "episodes_in_step": 64})
     f, g = sbd.run_counts(focus, 1, 10), sbd.run_counts(grpo, 1, 10)
     assert f["counts"][:4] == [2.0, 3.0, 3.0, 0.0]

@@ -7,6 +7,8 @@ import json
 import random
 from pathlib import Path
 
+from conftest import complete_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("tree_outcome_info", ROOT / "benchmarks" / "tree_outcome_info.py")
 toi = importlib.util.module_from_spec(spec)
@@ -28,7 +30,7 @@ def _tree(rng: random.Random, decided_by_state: bool) -> dict:
             r = outcome if decided_by_state else float(rng.random() < 0.5)
             nodes.append({"id": len(nodes), "depth": 5, "reward": r})
             paths[str(2 * chain + leaf)] = ids + [len(nodes) - 1]
-    return {"nodes": nodes, "paths": paths}
+    return complete_tree({"nodes": nodes, "paths": paths})
 
 
 def _run(tmp: Path, name: str, decided_by_state: bool) -> Path:
