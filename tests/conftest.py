@@ -127,3 +127,8 @@ def complete_tree(tree: dict) -> dict:
     for nd in tree["nodes"]:                  # parents come before their children
         nd.setdefault("depth", 0 if nd["parent"] < 0 else nodes[nd["parent"]]["depth"] + 1)
     return tree
+
+
+def set_args(extra=()) -> list[str]:
+    """`--set` options of the micro model's settings (MICRO) and `extra`, for a CLI call."""
+    return [arg for s in [*MICRO, *extra] for arg in ("--set", s)]

@@ -17,7 +17,7 @@ from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
-from conftest import MICRO, random_value_head
+from conftest import MICRO, random_value_head, set_args
 
 runner = CliRunner()
 
@@ -46,11 +46,7 @@ def reward_file(tmp_path):
     return f
 
 
-def _sets(extra=()):
-    out = []
-    for s in [*MICRO, *extra]:
-        out += ["--set", s]
-    return out
+_sets = set_args
 
 
 def _rows(run):

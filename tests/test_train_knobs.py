@@ -20,7 +20,7 @@ from agentrl_cli.cli.main import app
 from agentrl_cli.models.sequences import hidden_states, logprobs_from_hidden
 from agentrl_cli.train.batch import forward
 from agentrl_cli.train.learner import lr_factor, set_lr
-from conftest import MICRO, random_batch
+from conftest import MICRO, random_batch, set_args
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -51,11 +51,7 @@ def test_set_lr_scales_the_policy_and_the_critic_rates_alike():
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([2e-4 / 4, 1e-3 / 4])
 
 
-def _sets(extra=()):
-    out = []
-    for s in [*MICRO, *extra]:
-        out += ["--set", s]
-    return out
+_sets = set_args
 
 
 def _rows(run):
