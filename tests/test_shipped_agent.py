@@ -112,3 +112,28 @@ def test_the_env_boundary_checks_load_the_same_build(key):
     recipe = tiny_recipe(load_config(None, [key]))
     assert recipe.key() == tiny_recipe(load_config(None, None)).key()
     assert tiny.shipped_path(recipe) == tiny.SHIPPED / "search"
+
+
+def test_a_value_head_fitted_on_another_env_is_not_reused(monkeypatch):
+    """The shipped `search` agent's warm critic starts a run on `search`; on another env (or
+    another world of search) the run starts a cold critic and says why in one line."""
+    import agentrl_cli.train.learner as learner
+    from agentrl_cli.train.tiny_build import load_policy
+
+    folder = tiny.SHIPPED / "search"
+    assert tiny.fitted_env_differences(folder, load_config(None, None).env) == []
+    diff = tiny.fitted_env_differences(folder, load_config(None, ["env.name=locate"]).env)
+    assert diff and diff[0].startswith("env: 'search' vs 'locate'")
+    assert any(d.startswith("min_hops") for d in tiny.fitted_env_differences(
+        folder, load_config(None, ["env.min_hops=3"]).env))
+    assert tiny.fitted_env_differences(folder, load_config(None, ["env.call_cost=0.1"]).env) == []
+    cfg = load_config(None, None)
+    model = load_policy(cfg, log=lambda s: None)[0]
+    loaded, logs = [], []
+    monkeypatch.setattr(learner, "load_head_state", lambda c, s: loaded.append(s))
+    learner.initial_critic(cfg, model, str(folder), log=logs.append)
+    assert len(loaded) == 1 and "value head starts from" in logs[0]
+    other = load_config(None, ["env.name=locate"])
+    learner.initial_critic(other, model, str(folder), log=logs.append)
+    assert len(loaded) == 1 and "fitted on another env (env: 'search' vs 'locate')" in logs[-1]
+    assert "starting a cold critic" in logs[-1]

@@ -103,6 +103,21 @@ class TinyRecipe:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def fitted_env_differences(folder: Path, env: EnvConfig) -> list[str] | None:
+    """Where the env a build's value head was fitted on (its `recipe.json`) differs from `env`,
+    as "field: built value vs this value" (empty: the same world and tasks); None when the
+    folder records no recipe (not a tiny build: nothing to compare)."""
+    try:
+        built = json.loads((Path(folder) / "recipe.json").read_text())["recipe"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ours = TinyRecipe(env=env).flat()
+    env_keys = {ENV_KEYS.get(f.name, f.name) for f in fields(EnvConfig)}
+    keys = sorted((set(built) | {k for k in ours if k in ("env", "options")}) & env_keys)
+    return [f"{k}: {built.get(k)!r} vs {ours.get(k)!r}" for k in keys
+            if built.get(k, LATER_FIELDS.get(k)) != ours.get(k, LATER_FIELDS.get(k))]
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
 

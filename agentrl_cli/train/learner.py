@@ -22,7 +22,7 @@ from ..models.critic import build_critic, critic_mode, is_separate, load_head_st
 from ..models.loading import load_critic_model
 from ..models.lora import reference_of, trainable_parameters
 from ..models.sequences import can_pack, tree_packable
-from ..models.tiny import VALUE_HEAD
+from ..models.tiny import VALUE_HEAD, fitted_env_differences
 from .batch import Batch, forward, microbatches, trim
 from .distributed import Local
 from .policy_losses import POLICY_LOSSES
@@ -57,10 +57,15 @@ def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
     # the tiny build's fitted critic (on the policy's features), for the recipes it was fitted for
     if (warm is not None and warm.is_file() and recipe.warm_critic and not own
             and cfg.algo.estimator == recipe.defaults.get("algo.estimator")):
-        from safetensors.torch import load_file
+        other = fitted_env_differences(warm.parent, cfg.env)
+        if other:                         # fitted on another world: its values mean nothing here
+            log(f"critic: the value head in {warm.parent} was fitted on another env "
+                f"({'; '.join(other[:3])}): starting a cold critic")
+        else:
+            from safetensors.torch import load_file
 
-        load_head_state(critic, load_file(str(warm)))
-        log(f"critic: value head starts from {warm}")
+            load_head_state(critic, load_file(str(warm)))
+            log(f"critic: value head starts from {warm}")
     if is_separate(critic):
         log("critic: a separate model (" + (f"from {cfg.model.critic_path}" if own else
                                             "a copy of the initial policy") + ") + value head")
