@@ -195,7 +195,7 @@ class AlgoConfig:
     focus_roots: int = 2
     """FOCUS: root episodes per task before any branching (capped at group_size without a token budget)."""
     focus_allocator: str = "focus"
-    """FOCUS: continuation allocator: focus (largest gain) | uniform | random | raw-residual (|v - cbar|)."""
+    """FOCUS: continuation allocator: focus (largest gain) | uniform | random | raw-residual (|v - cbar|), or your own: FILE.py:NAME (its path recorded absolute), module:NAME or an installed `agentrl.allocators` entry point, a function `fn(candidates, ctx) -> node or None` with `ctx.algo`, `ctx.rng`, `ctx.trees` (docs/methods.md, "Your own allocator")."""
     focus_gain: str = "plugin"
     """FOCUS: gain of one more continuation: plugin (MSE drop at p = cbar) | bayes (posterior-variance drop)."""
     focus_baseline: str = "refined"
@@ -660,10 +660,12 @@ def _option_value(value: Any) -> Any:
 def _env_options(overrides: dict[str, Any]) -> dict[str, Any]:
     """`overrides` with `env.options.NAME` keys, and a user env's `env.NAME` keys that are not
     `EnvConfig` fields, gathered into one `env.options` dict; `env.name` as `env_name` records
-    it. An unknown `env.NAME` of a built-in env stays, for `build`'s one-line error."""
+    it, and so `algo.focus_allocator` (a `FILE.py:NAME` allocator's path made absolute). An
+    unknown `env.NAME` of a built-in env stays, for `build`'s one-line error."""
     out = dict(overrides)
-    if "env.name" in out:
-        out["env.name"] = env_name(str(out["env.name"]))
+    for key in ("env.name", "algo.focus_allocator"):
+        if key in out:
+            out[key] = env_name(str(out[key]))
     options = out.pop("env.options", None)
     options = _option_value(options) if options is not None else {}
     if not isinstance(options, dict):

@@ -51,7 +51,7 @@ def _outputs(console: Console, png: Path, json_path: Path | None, data: dict) ->
 def audit_tree_cmd(
     checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Build the audit tree from this checkpoint (or run) on --env instead of the synthetic tree.")] = None,
     critics: Annotated[Optional[str], typer.Option("--critics", help="Comma list of: constant, random, trained (default: constant,random, plus trained for a checkpoint with a value head).")] = None,
-    allocators: Annotated[str, typer.Option("--allocators", help="Comma list of: focus, uniform, random, raw-residual.")] = "focus,uniform,random,raw-residual",
+    allocators: Annotated[Optional[str], typer.Option("--allocators", help="Comma list of allocators: registered names (focus, uniform, random, raw-residual), FILE.py:NAME or module:NAME (default: every registered one).")] = None,
     budget: Annotated[int, typer.Option("--budget", help="Most continuations spent (reported at 0, 1, 2, 4, ..., budget).", min=1)] = 256,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds averaged over.", min=1)] = 10,
     tasks: Annotated[int, typer.Option("--tasks", help="Task trees in the audit.", min=1)] = 4,
@@ -88,7 +88,7 @@ def audit_tree_cmd(
         ckpt = find(checkpoint, log=say)
     cfg = _run_config(ckpt.parent.parent if ckpt else None, config, set_, env=env, model=model,
                       seed=seed)
-    req = AuditRequest(checkpoint, _names(critics) if critics else None, _names(allocators),
+    req = AuditRequest(checkpoint, _names(critics) if critics else None, _names(allocators) if allocators else None,
                        budget, seeds, tasks, roots, depth, branching, informative, grow, constant,
                        samples, capacity, estimate, kappa)
     res, title = audit_tree(req, cfg, ckpt, log=say)

@@ -34,13 +34,14 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
+from ..config import AlgoConfig
 from ..rollout.planner import ALLOCATORS, gain, pick_continuation
 from ..rollout.tree import Node, Tree
 
-ALLOCATOR_NAMES = ("focus", "uniform", "random", "raw-residual")
+ALLOCATOR_NAMES = tuple(ALLOCATORS.names())   # the registered ones (a user's is named with --allocators)
 
 
 # ----------------------------------------------------------------------------- worlds
@@ -204,7 +205,7 @@ class AuditSpec:
     """What to simulate (the CLI's options)."""
 
     critics: tuple[str, ...] = ("constant", "random")
-    allocators: tuple[str, ...] = ALLOCATOR_NAMES
+    allocators: tuple[str, ...] = field(default_factory=lambda: tuple(ALLOCATORS.names()))
     max_budget: int = 256         # continuations per run (all tasks together)
     roots: int = 2                # root episodes per task (the audit tree)
     seeds: int = 10
@@ -226,6 +227,9 @@ class AuditSim:
                  allocator: str, spec: AuditSpec, seed: int):
         self.world, self.critic, self.spec = world, critic, spec
         self.allocate = ALLOCATORS.get(allocator)
+        self.algo = replace(AlgoConfig(), focus_allocator=allocator, kappa=spec.kappa,  # the allocator's ctx.algo
+                            gamma=spec.gamma, focus_gain=spec.gain_kind, focus_evidence=spec.evidence,
+                            focus_max_inflight=spec.max_inflight, focus_min_depth=spec.min_depth)
         self.tree_rng = random.Random(seed * 1_000_003 + 1)     # the audit tree: same for all
         self.critic_rng = random.Random(seed * 1_000_003 + 2)   # audit-node critic values: same
         self.cont_rng = random.Random(seed * 1_000_003 + 3)     # continuations: per allocator run
@@ -360,7 +364,7 @@ class AuditSim:
         while len(curve) <= spec.max_budget:
             while len(self.active) < spec.capacity and launched < spec.max_budget:
                 pick = pick_continuation(self.trees, self.allocate, self.alloc_rng, spec.max_inflight,
-                                         spec.min_depth)
+                                         spec.min_depth, self.algo)
                 if pick is None:
                     break
                 tree, node = pick

@@ -24,7 +24,7 @@ class AuditRequest:
 
     checkpoint: Path | None = None
     critics: tuple[str, ...] | None = None
-    allocators: tuple[str, ...] = ("focus", "uniform", "random", "raw-residual")
+    allocators: tuple[str, ...] | None = None     # None: every registered allocator
     budget: int = 256
     seeds: int = 10
     tasks: int = 4
@@ -49,7 +49,8 @@ def audit_spec(req: AuditRequest, cfg: RunConfig) -> AuditSpec:
         raise ConfigError(f"--constant must be a number or 'mean', got '{req.constant}'") from None
     if req.estimate not in ("refined", "calibrated"):
         raise ConfigError(f"--estimate must be refined or calibrated, got '{req.estimate}'")
-    return AuditSpec(critics=req.critics or ("constant", "random"), allocators=req.allocators,
+    return AuditSpec(critics=req.critics or ("constant", "random"),
+                     allocators=req.allocators or AuditSpec().allocators,
                      max_budget=req.budget, roots=req.roots, seeds=req.seeds,
                      kappa=cfg.algo.kappa if req.kappa is None else req.kappa,
                      gamma=cfg.algo.gamma, gain_kind=cfg.algo.focus_gain,

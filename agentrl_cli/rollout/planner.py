@@ -41,7 +41,9 @@ each segment's policy tokens are trained exactly once, in the path that generate
 
 Allocators (`algo.focus_allocator`): `focus` (largest gain; ties: the shallower node, then the
 older one), `uniform` (fewest continuations launched from the node so far), `random`,
-`raw-residual` (largest |v - cbar|, no calibration).
+`raw-residual` (largest |v - cbar|, no calibration), or a user's (`FILE.py:NAME`,
+`module:NAME`, an `agentrl.allocators` entry point; docs/methods.md). Each is called as
+`allocate(candidates, ctx)` with an `AllocatorContext` and returns a candidate or None.
 """
 from __future__ import annotations
 
@@ -56,7 +58,9 @@ import torch
 from ..context.episode import new_episode, start_context
 from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
-from ..registry import Registry
+from ..envs import plugins
+from ..errors import ConfigError
+from ..registry import Registry, RegistryError
 from ..types import Episode
 from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, record_spend, shape_rewards,
                           spend_limit)
@@ -85,7 +89,53 @@ def gain(node: Node, kappa: float, kind: str) -> float:
     return focus_gain(v, node.n, node.cbar, kappa, node.inflight, kind)
 
 
-ALLOCATORS: Registry[Callable[[list[Node], random.Random], Node]] = Registry("focus allocator")
+@dataclass(frozen=True)
+class AllocatorContext:
+    """What an allocator reads besides its candidates: the run's `algo` config section (None
+    in a bare call), the step's allocation rng, and the step's trees (every node, candidate or
+    not)."""
+
+    algo: Any
+    rng: random.Random | None
+    trees: list[Tree]
+
+
+Allocator = Callable[[list[Node], AllocatorContext], "Node | None"]
+ENTRY_POINTS = "agentrl.allocators"
+
+
+class AllocatorRegistry(Registry[Allocator]):
+    """The registered allocators, and a user's: `FILE.py:NAME`, `module:NAME` or an installed
+    package's `agentrl.allocators` entry point, loaded by `envs.plugins` (the loader of user
+    envs) once per name. A registered name wins over an entry point of the same name."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self._user: dict[str, Allocator] = {}
+
+    def get(self, name: str) -> Allocator:
+        if Registry.__contains__(self, name):
+            return super().get(name)
+        if name in self._user:
+            return self._user[name]
+        if plugins.is_spec(name):
+            fn = plugins.load_spec(name, self.kind)
+        elif name in plugins.entry_points(ENTRY_POINTS):
+            fn = plugins.load_entry_point(ENTRY_POINTS, name, self.kind)
+        else:
+            try:
+                return super().get(name)
+            except RegistryError as e:
+                raise RegistryError(f"{e}; or your own: FILE.py:NAME, module:NAME or an "
+                                    f"installed '{ENTRY_POINTS}' entry point") from None
+        if not callable(fn):
+            raise ConfigError(f"{self.kind} '{name}' is a {type(fn).__name__}, not a function "
+                              "fn(candidates, ctx) -> node or None")
+        self._user[name] = fn
+        return fn
+
+
+ALLOCATORS: AllocatorRegistry = AllocatorRegistry("focus allocator")
 
 # What the planner reads of `algo` (the FOCUS controllers, in process and on the path
 # scheduler, declare it where they register): allocation only, credit is `credit.focus_credit`'s
@@ -95,44 +145,50 @@ PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain",
 
 
 @ALLOCATORS.register("focus")
-def _largest_gain(cands: list[Node], rng: random.Random) -> Node | None:
+def _largest_gain(cands: list[Node], ctx: AllocatorContext) -> Node | None:
     best = max(cands, key=lambda nd: (nd.g, -nd.depth))  # ties: shallower, then older (first)
     return best if best.g > 0 else None
 
 
 @ALLOCATORS.register("uniform")
-def _uniform(cands: list[Node], rng: random.Random) -> Node:
+def _uniform(cands: list[Node], ctx: AllocatorContext) -> Node:
     return min(cands, key=lambda nd: nd.launched)
 
 
 @ALLOCATORS.register("random")
-def _random(cands: list[Node], rng: random.Random) -> Node:
-    return cands[rng.randrange(len(cands))]
+def _random(cands: list[Node], ctx: AllocatorContext) -> Node:
+    return cands[ctx.rng.randrange(len(cands))]
 
 
 @ALLOCATORS.register("raw-residual")
-def _raw_residual(cands: list[Node], rng: random.Random) -> Node:
+def _raw_residual(cands: list[Node], ctx: AllocatorContext) -> Node:
     return max(cands, key=lambda nd: abs((0.5 if nd.v is None else nd.v) - nd.cbar))
 
 
-def pick_continuation(trees: list[Tree], allocate: Callable[[list[Node], random.Random], Node | None],
-                      rng: random.Random, max_inflight: int,
-                      min_depth: int = 0) -> tuple[Tree, Node] | None:
+def pick_continuation(trees: list[Tree], allocate: Allocator, rng: random.Random | None,
+                      max_inflight: int, min_depth: int = 0,
+                      algo: Any = None) -> tuple[Tree, Node] | None:
     """The allocation decision: the (tree, node) to launch the next continuation from, or None.
 
     Candidates are non-terminal, resumable nodes at least `min_depth` segments deep
     (`algo.focus_min_depth`) with at least one completed own sample and fewer than
     `max_inflight` of their own continuations running; `allocate` (one of
-    `ALLOCATORS`) picks among them. Shared with the audit-tree diagnostic (`diagnostics.audit`),
+    `ALLOCATORS`) picks among them, called with an `AllocatorContext(algo, rng, trees)`; a pick
+    that is not one of the candidates is a one-line ConfigError. Shared with the audit-tree diagnostic (`diagnostics.audit`),
     so both make exactly the same choice from the same tree state.
     """
     cands = [(tree, nd) for tree in trees for nd in tree.nodes
              if nd.n > 0 and not nd.terminal and nd.resumable and nd.own_inflight < max_inflight
              and nd.depth >= min_depth]
-    pick = allocate([nd for _, nd in cands], rng) if cands else None
+    pick = allocate([nd for _, nd in cands], AllocatorContext(algo, rng, trees)) if cands else None
     if pick is None:
         return None
-    return next((t, nd) for t, nd in cands if nd is pick)
+    found = next(((t, nd) for t, nd in cands if nd is pick), None)
+    if found is None:
+        name = getattr(algo, "focus_allocator", None) or getattr(allocate, "__name__", "allocator")
+        raise ConfigError(f"focus allocator '{name}' returned {type(pick).__name__}, not one of "
+                          "its candidates (or None)")
+    return found
 
 
 # ----------------------------------------------------------------------------- episodes
@@ -306,7 +362,7 @@ class FocusPlanner:
         while free() > 0 and self.budget_left():
             t0 = time.perf_counter()
             pick = pick_continuation(self.trees, self.allocate, self.rng, self.algo.focus_max_inflight,
-                                     self.algo.focus_min_depth)
+                                     self.algo.focus_min_depth, self.algo)
             cost = 0.0 if pick is None else self.price(*pick)
             stop = pick is None or (self.ctx.budget_tokens > 0 and
                                     self.committed() + cost > self.limit)
