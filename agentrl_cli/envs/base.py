@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ..config import EnvConfig
 from ..errors import ConfigError
-from ..registry import Registry, RegistryError
+from ..registry import Registry
 from . import plugins
 
 
@@ -75,7 +75,7 @@ class EnvSpec(Protocol):
 ENTRY_POINTS = "agentrl.envs"   # the entry-point group installed packages declare envs under
 
 
-class EnvRegistry(Registry):
+class EnvRegistry(plugins.PluginRegistry):
     """The env registry. Besides the registered names, `get` resolves a user env: `module:attr`,
     `path/to/file.py:attr` (`plugins`) or an installed package's `agentrl.envs` entry point,
     each a factory with the built-ins' signature, `factory(seed=0, **options) -> EnvSpec`,
@@ -83,26 +83,8 @@ class EnvRegistry(Registry):
     point of the same name."""
 
     def __init__(self, kind: str):
-        super().__init__(kind)
-        self._user: dict[str, UserEnvFactory] = {}
-
-    def get(self, name: str):
-        if Registry.__contains__(self, name):
-            return super().get(name)
-        if name in self._user:
-            return self._user[name]
-        if plugins.is_spec(name):
-            fn = plugins.load_spec(name, "env")
-        elif name in plugins.entry_points(ENTRY_POINTS):
-            fn = plugins.load_entry_point(ENTRY_POINTS, name, "env")
-        else:
-            try:
-                return super().get(name)
-            except RegistryError as e:
-                raise RegistryError(f"{e}; or a user env: module:factory, path/to/file.py:factory"
-                                    f" or an installed '{ENTRY_POINTS}' entry point") from None
-        self._user[name] = UserEnvFactory(name, fn)
-        return self._user[name]
+        super().__init__(kind, ENTRY_POINTS, "a user env: module:factory, path/to/file.py:factory",
+                         lambda name, fn: UserEnvFactory(name, fn))
 
     def names(self) -> list[str]:
         return sorted({*super().names(), *plugins.entry_points(ENTRY_POINTS)})

@@ -4,7 +4,8 @@ package's entry point (`importlib.metadata`, group `agentrl.envs`).
 Every failure is a one-line `ConfigError` naming the spec and what is wrong (a file that does
 not exist, a module that does not import, a missing attribute); the exception that caused it is
 chained, so `AGENTRL_DEBUG=1` shows its traceback. Nothing here knows what the object is for:
-the env registry (`envs.base`) wraps and checks what it gets.
+a `PluginRegistry` (the env registry in `envs.base`, the FOCUS allocators in `rollout.planner`)
+wraps and checks what it gets.
 """
 from __future__ import annotations
 
@@ -15,11 +16,44 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ConfigError
+from ..registry import Registry, RegistryError
 
-__all__ = ["entry_points", "is_file_spec", "is_spec", "load_entry_point", "load_spec"]
+__all__ = ["PluginRegistry", "entry_points", "is_file_spec", "is_spec", "load_entry_point",
+           "load_spec"]
+
+
+class PluginRegistry(Registry):
+    """A registry whose `get` also resolves a user's plugin: `FILE.py:NAME`, `module:NAME` or an
+    installed package's entry point of `group`, loaded once per name and passed through
+    `wrap(name, obj)` (which checks it and may wrap it). A registered name wins over an entry
+    point of the same name; an unknown name lists the registered ones and the user's `forms`."""
+
+    def __init__(self, kind: str, group: str, forms: str,
+                 wrap: Callable[[str, Any], Any] = lambda name, obj: obj):
+        super().__init__(kind)
+        self.group, self.forms, self.wrap = group, forms, wrap
+        self._user: dict[str, Any] = {}
+
+    def get(self, name: str):
+        if Registry.__contains__(self, name):
+            return super().get(name)
+        if name in self._user:
+            return self._user[name]
+        if is_spec(name):
+            obj = load_spec(name, self.kind)
+        elif name in entry_points(self.group):
+            obj = load_entry_point(self.group, name, self.kind)
+        else:
+            try:
+                return super().get(name)
+            except RegistryError as e:
+                raise RegistryError(f"{e}; or {self.forms} or an installed '{self.group}' "
+                                    "entry point") from None
+        self._user[name] = self.wrap(name, obj)
+        return self._user[name]
 
 
 def is_spec(name: str) -> bool:

@@ -60,7 +60,6 @@ from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
 from ..envs import plugins
 from ..errors import ConfigError
-from ..registry import Registry, RegistryError
 from ..types import Episode
 from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, record_spend, shape_rewards,
                           spend_limit)
@@ -104,38 +103,17 @@ Allocator = Callable[[list[Node], AllocatorContext], "Node | None"]
 ENTRY_POINTS = "agentrl.allocators"
 
 
-class AllocatorRegistry(Registry[Allocator]):
-    """The registered allocators, and a user's: `FILE.py:NAME`, `module:NAME` or an installed
-    package's `agentrl.allocators` entry point, loaded by `envs.plugins` (the loader of user
-    envs) once per name. A registered name wins over an entry point of the same name."""
-
-    def __init__(self, kind: str):
-        super().__init__(kind)
-        self._user: dict[str, Allocator] = {}
-
-    def get(self, name: str) -> Allocator:
-        if Registry.__contains__(self, name):
-            return super().get(name)
-        if name in self._user:
-            return self._user[name]
-        if plugins.is_spec(name):
-            fn = plugins.load_spec(name, self.kind)
-        elif name in plugins.entry_points(ENTRY_POINTS):
-            fn = plugins.load_entry_point(ENTRY_POINTS, name, self.kind)
-        else:
-            try:
-                return super().get(name)
-            except RegistryError as e:
-                raise RegistryError(f"{e}; or your own: FILE.py:NAME, module:NAME or an "
-                                    f"installed '{ENTRY_POINTS}' entry point") from None
-        if not callable(fn):
-            raise ConfigError(f"{self.kind} '{name}' is a {type(fn).__name__}, not a function "
-                              "fn(candidates, ctx) -> node or None")
-        self._user[name] = fn
-        return fn
+def _checked_allocator(name: str, fn: Any) -> Allocator:
+    """A user's allocator (`FILE.py:NAME`, `module:NAME`, an `agentrl.allocators` entry point,
+    loaded by `envs.plugins` as user envs are): a function, else one line."""
+    if not callable(fn):
+        raise ConfigError(f"focus allocator '{name}' is a {type(fn).__name__}, not a function "
+                          "fn(candidates, ctx) -> node or None")
+    return fn
 
 
-ALLOCATORS: AllocatorRegistry = AllocatorRegistry("focus allocator")
+ALLOCATORS = plugins.PluginRegistry("focus allocator", ENTRY_POINTS,
+                                    "your own: FILE.py:NAME, module:NAME", _checked_allocator)
 
 # What the planner reads of `algo` (the FOCUS controllers, in process and on the path
 # scheduler, declare it where they register): allocation only, credit is `credit.focus_credit`'s
