@@ -302,7 +302,7 @@ def readme_cost(records: dict[str, dict]) -> str:
         "FOCUS | FOCUS / GRPO |", "|---|---|---|---|",
         f"| wall s, seeds {_seeds(f['seeds'])}, two runs at a time on 2 cores | "
         f"{_walls(g)} | {_walls(f)} | {wall_ratio(main, 'focus', 'grpo'):.2f}x |",
-        f"| training s, seed 0 alone, fresh clone (`{clone['build']}`) | – | "
+        f"| training s, seed 0, fresh clone (`{clone['build']}`) | – | "
         f"{_walls(clone['arms'][0])} | – |"]) + "\n"
 
 
