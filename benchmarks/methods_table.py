@@ -31,6 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from agentrl_cli.reporting.metrics import read_metrics
+from agentrl_cli.reporting.records import paired_difference, verdict_word
 
 
 def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
@@ -59,18 +60,11 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
 def paired(runs: list[dict], ref: list[dict], key: str = "mean_checks") -> tuple[float, float, int] | None:
     """(mean, standard error, seeds) of the differences in `key` (default the mean of checks)
     on the seeds both share."""
-    theirs = {r["seed"]: r[key] for r in ref}
-    d = [r[key] - theirs[r["seed"]] for r in runs if r["seed"] in theirs]
-    if len(d) < 2:
-        return None
-    return statistics.mean(d), statistics.stdev(d) / len(d) ** 0.5, len(d)
+    return paired_difference({r["seed"]: r[key] for r in runs}, {r["seed"]: r[key] for r in ref})
 
 
 def verdict(diff: tuple[float, float, int] | None) -> str:
-    if diff is None:
-        return "–"
-    mean, se, _ = diff
-    return "ahead" if mean > se else "behind" if mean < -se else "level"
+    return "–" if diff is None else verdict_word(*diff[:2])
 
 
 def _ms(xs: list[float], scale: float = 1.0, digits: int = 3, sign: str = "") -> str:

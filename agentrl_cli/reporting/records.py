@@ -66,6 +66,22 @@ def _arm(rec: dict, name: str) -> dict:
     return next(a for a in rec["arms"] if a["name"] == name)
 
 
+def paired_difference(mine: dict, theirs: dict) -> tuple[float, float, int] | None:
+    """The page's comparison: (mean, standard error, seeds) of `mine[seed] - theirs[seed]`
+    over the seeds both have (two or more), else None. `benchmarks/methods_table.py` uses it
+    on run folders, `paired` on records."""
+    d = [mine[s] - theirs[s] for s in mine if s in theirs]
+    if len(d) < 2:
+        return None
+    return statistics.mean(d), statistics.stdev(d) / len(d) ** 0.5, len(d)
+
+
+def verdict_word(mean: float, se: float) -> str:
+    """The page's standard: ahead only when the paired difference exceeds its standard error,
+    behind when it is below minus it, else level."""
+    return "ahead" if mean > se else "behind" if mean < -se else "level"
+
+
 def paired(rec: dict, arm: dict, key: str) -> tuple[float, float] | None:
     """(mean, standard error) in points of the arm's per-seed `key` minus its reference's on
     the seeds both share (two or more), else None."""
@@ -73,12 +89,10 @@ def paired(rec: dict, arm: dict, key: str) -> tuple[float, float] | None:
     if ref_name is None:
         return None
     ref = _arm(rec, ref_name)
-    mine = dict(zip(arm["seeds"], arm.get("per_seed", {}).get(key, [])))
-    theirs = dict(zip(ref["seeds"], ref.get("per_seed", {}).get(key, [])))
-    d = [100 * (mine[s] - theirs[s]) for s in mine if s in theirs]
-    if len(d) < 2:
-        return None
-    return statistics.mean(d), statistics.stdev(d) / len(d) ** 0.5
+    mine = {s: 100 * v for s, v in zip(arm["seeds"], arm.get("per_seed", {}).get(key, []))}
+    theirs = {s: 100 * v for s, v in zip(ref["seeds"], ref.get("per_seed", {}).get(key, []))}
+    diff = paired_difference(mine, theirs)
+    return None if diff is None else diff[:2]
 
 
 def computed(rec: dict, arm: dict, metric: str) -> tuple[float, float | None] | None:
@@ -121,8 +135,7 @@ def verdict(rec: dict, arm: dict) -> str:
     diff = summary(rec, arm, "vs_ref")
     if diff is None or arm.get("reference") is None:
         return "–"
-    mean, se = diff
-    return "ahead" if mean > se else "behind" if mean < -se else "level"
+    return verdict_word(*diff)
 
 
 def wall_ratio(rec: dict, arm: str, ref: str) -> float:

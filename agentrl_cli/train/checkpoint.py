@@ -82,9 +82,10 @@ def step_dir(out: Path, step: int) -> Path:
     return out / "checkpoints" / f"step-{step:06d}"
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """A file's sha256, read in 1 MB blocks (checkpoint manifests, a run's env file)."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with Path(path).open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -96,7 +97,7 @@ def write_manifest(folder: Path) -> None:
     for p in sorted(folder.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
             files[p.relative_to(folder).as_posix()] = {"size": p.stat().st_size,
-                                                       "sha256": _sha256(p)}
+                                                       "sha256": sha256_file(p)}
     (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
@@ -192,7 +193,7 @@ def verify(ckpt: Path, hashes: bool = True) -> str | None:
         size = p.stat().st_size
         if size != meta["size"]:
             return f"{name} has {size} bytes, the manifest says {meta['size']}"
-        if hashes and _sha256(p) != meta["sha256"]:
+        if hashes and sha256_file(p) != meta["sha256"]:
             return f"{name} does not match its sha256 in the manifest"
     return None
 

@@ -12,7 +12,6 @@ hash. Built-in envs and installed entry points are not hashed (their code is the
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from datetime import datetime, timezone
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from ..config import env_name
 from ..errors import ConfigError
+from .checkpoint import sha256_file
 from .run_folder import new_marker, read_marker, write_marker
 
 CHANGES_LOG = "env-changes.log"
@@ -39,14 +39,6 @@ def env_source(name: str) -> Path | None:
         return None
     origin = getattr(spec, "origin", None)
     return Path(origin) if origin and origin.endswith(".py") else None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def env_record(name: str) -> dict | None:

@@ -150,6 +150,7 @@ def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -
     it with the build that ships with the package (if one does) -> the build's `recipe.json`
     plus `shipped` (its folder) and `identical` (the same weights, byte for byte)."""
     from ..errors import ConfigError
+    from .checkpoint import sha256_file
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -160,14 +161,8 @@ def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -
     shipped = shipped_path(recipe)
     info["shipped"] = None if shipped is None else str(shipped)
     info["identical"] = None if shipped is None else (
-        _sha256(shipped / "model.safetensors") == _sha256(out / "model.safetensors"))
+        sha256_file(shipped / "model.safetensors") == sha256_file(out / "model.safetensors"))
     return info
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ------------------------------------------------------------------------------ building
