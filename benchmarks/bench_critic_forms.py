@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_cli import config  # noqa: E402
 from agentrl_cli.credit.estimators import ESTIMATORS  # noqa: E402
-from agentrl_cli.engines.hf import HFEngine, SamplingParams  # noqa: E402
+from agentrl_cli.engines.base import SamplingParams  # noqa: E402
+from agentrl_cli.engines.hf import HFEngine  # noqa: E402
 from agentrl_cli.train.tiny_build import load_policy  # noqa: E402
 from agentrl_cli.rollout.runner import run_episodes  # noqa: E402
 from agentrl_cli.train.batch import collate  # noqa: E402

@@ -27,7 +27,8 @@ import time
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.engines.hf import HFEngine, SamplingParams
+from agentrl_cli.engines.base import SamplingParams
+from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.models.critic import ValueHead, build_critic
 from agentrl_cli.train.tiny_build import load_policy
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext

@@ -1,7 +1,7 @@
 """What a KV-cache pack (`KVBatch.pack`, the defragmentation of the layout with holes, which the
 `hf` engine keeps for models with sliding-window layers, run when the cache is much wider than
 its longest row) costs, with the column move as shipped
-(`engines/hf.py: _move_columns`: whole head vectors by index_select, one strided copy) and with the
+(`engines/kv_batch.py: _move_columns`: whole head vectors by index_select, one strided copy) and with the
 `torch.gather` over an expanded index it replaced, side by side in one run.
 
     python benchmarks/bench_pack.py [--rows 120] [--steps 40] [--reps 7] [--threads 1]
@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_cli import config  # noqa: E402
-from agentrl_cli.engines import hf  # noqa: E402
+from agentrl_cli.engines import kv_batch  # noqa: E402
 from agentrl_cli.train.tiny_build import load_policy  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, _, fmt, _ = load_policy(config.load(), log=lambda s: None)
-    kv = hf.KVBatch(model, 0, fmt.pad_id)            # the layout with holes (sliding-window models)
+    kv = kv_batch.KVBatch(model, 0, fmt.pad_id)            # the layout with holes (sliding-window models)
     gen = torch.Generator().manual_seed(0)
     for _ in range(a.rows):
         kv.add_row()
@@ -53,18 +53,18 @@ def main() -> None:
                   if (r + t) % 3 == 0 else None for r in range(kv.n)]
         kv.extend(chunks, only_fed=True)
     print(f"{kv.n} rows, cache {kv.mask.shape[1]} columns wide, longest row {int(kv.lengths.max())}")
-    shipped = hf._move_columns
+    shipped = kv_batch._move_columns
     times: dict[str, list[float]] = {"index_select": [], "gather": []}
     packed = {}
     for _ in range(a.reps):
         for name, move in (("index_select", shipped), ("gather", gather_columns)):
             b = copy.deepcopy(kv)
-            hf._move_columns = move
+            kv_batch._move_columns = move
             t0 = time.perf_counter()
             b.pack()
             times[name].append(time.perf_counter() - t0)
             packed[name] = [(layer.keys.clone(), layer.values.clone()) for layer in b.cache.layers]
-    hf._move_columns = shipped
+    kv_batch._move_columns = shipped
     same = all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1])
                for x, y in zip(packed["index_select"], packed["gather"]))
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}

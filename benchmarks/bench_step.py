@@ -128,13 +128,14 @@ def _split_rollout(parts: dict, count: dict) -> None:
     import importlib
 
     from agentrl_cli.context import episode, operators
-    from agentrl_cli.engines import hf
 
     def optional(name):                 # an older commit may not have the module
         try:
             return importlib.import_module(name)
         except ImportError:
             return None
+
+    kv_batch = optional("agentrl_cli.engines.kv_batch") or optional("agentrl_cli.engines.hf")
 
     drivers = [m for m in map(optional, ("agentrl_cli.rollout.focus", "agentrl_cli.rollout.executors",
                                          "agentrl_cli.rollout.token_loop")) if m is not None]
@@ -167,7 +168,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
             if getattr(kv, "ragged", False):   # no holes: a forward attends its longest row
                 if len(a) == 3 and computed:       # fed rows filling their block run as it
                     lo, hi = min(computed), max(computed) + 1
-                    if len(computed) >= getattr(hf, "BLOCK_SHARE", 2.0) * (hi - lo):
+                    if len(computed) >= getattr(kv_batch, "BLOCK_SHARE", 2.0) * (hi - lo):
                         computed = range(lo, hi)
                 width = max((int(kv.lengths[r]) for r in computed), default=0)
             else:
@@ -190,7 +191,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
             return branch(*a, **kw)
         planner.FocusPlanner.branch = branched
 
-    for cls in (hf.KVBatch, getattr(hf, "RaggedKVBatch", None)):    # each layout's own methods
+    for cls in (kv_batch.KVBatch, getattr(kv_batch, "RaggedKVBatch", None)):    # each layout's own methods
         if cls is None:
             continue
         for name in ("_forward", "_forward_rows"):
@@ -204,8 +205,8 @@ def _split_rollout(parts: dict, count: dict) -> None:
                 wrap(mod, name, "values")
         if hasattr(mod, "sample_rows"):
             wrap(mod, "sample_rows", "sampling")
-    wrap(hf, "sample", "sampling")
-    wrap(hf, "sample_rows", "sampling")
+    wrap(kv_batch, "sample", "sampling")         # where `KVBatch.generate` looks them up
+    wrap(kv_batch, "sample_rows", "sampling")
     wrap(episode, "step_env", "env")
     wrap(operators, "step_env", "env")
 

@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl_cli.engines.hf import HFEngine, SamplingParams  # noqa: E402
+from agentrl_cli.engines.base import SamplingParams  # noqa: E402
+from agentrl_cli.engines.hf import HFEngine  # noqa: E402
 from agentrl_cli.models.chat import ChatFormat  # noqa: E402
 from agentrl_cli.models.sequences import pad_episodes  # noqa: E402
 from agentrl_cli.models.tiny import TinyRecipe  # noqa: E402

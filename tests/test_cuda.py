@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from agentrl_cli import config
-from agentrl_cli.engines.hf import inverse_cdf, sample, sample_rows
+from agentrl_cli.engines.sampling import inverse_cdf, sample, sample_rows
 from agentrl_cli.engines.base import SamplingParams
 
 from conftest import MICRO
@@ -38,7 +38,7 @@ def test_inverse_cdf_follows_the_probabilities_and_skips_zero_mass():
 
 
 def test_inverse_cdf_matches_multinomial_in_distribution_under_top_p():
-    from agentrl_cli.engines.hf import _sampling_probs
+    from agentrl_cli.engines.sampling import _sampling_probs
 
     logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(3))
     params = SamplingParams(temperature=0.7, top_p=0.8)
@@ -66,7 +66,7 @@ def test_cuda_rows_sample_from_their_own_generators(top_p):
     alone = [sample(logits[i:i + 1], params, g)[0].item() for i, g in enumerate(gens())]
     assert tok.tolist() == alone
     # and the same token the CPU inverse CDF gives for that generator's uniform
-    from agentrl_cli.engines.hf import _sampling_probs
+    from agentrl_cli.engines.sampling import _sampling_probs
 
     _, probs = _sampling_probs(logits.float().cpu(), params)
     u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in gens()])

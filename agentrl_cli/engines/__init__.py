@@ -2,7 +2,9 @@
 built-ins: `hf`, and `vllm` lazily (GPU, optional extra): naming it imports `engines/vllm.py`,
 which imports vLLM itself only when an engine is built."""
 from .base import ENGINES, Engine, EngineBatch, ForkableBatch, SamplingParams
-from .hf import HFEngine, KVBatch, sample
+from .hf import HFEngine
+from .kv_batch import KVBatch
+from .sampling import sample
 
 ENGINES.register("hf", HFEngine)
 

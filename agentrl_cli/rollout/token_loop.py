@@ -23,7 +23,7 @@ import torch
 from ..context.episode import LiveEpisode, append_turn
 from ..context.windows import visible_ids, visible_len
 from ..engines.base import SamplingParams
-from ..engines.hf import sample_rows
+from ..engines.sampling import sample_rows
 from ..models.chat import ChatFormat
 from ..types import Episode
 from .planner import compact_rows
