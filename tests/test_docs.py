@@ -10,6 +10,7 @@ from agentrl_cli.reporting import docs
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+DESIGN = "DESIGN" + ".md"   # a file the repository lacks; built, so this file does not cite it
 
 
 def _pages() -> list[Path]:
@@ -49,7 +50,25 @@ def test_every_link_resolves_inside_the_repository():
     assert not bad, bad
     for page in _pages():
         text = page.read_text()
-        assert "../shared" not in text and "METHODS.md" not in text and "DESIGN.md" not in text, page
+        assert "../shared" not in text and "METHODS.md" not in text and DESIGN not in text, page
+
+
+def test_nothing_cites_a_design_document_the_repository_lacks():
+    """The design document is docs/architecture.md: no file of the package, the tests, the
+    docs or the README cites `DESIGN` (the file name above), which the repository lacks."""
+    assert not (ROOT / DESIGN).exists()
+    files = [ROOT / "README.md", *(p for d in ("agentrl_cli", "tests", "docs")
+                                   for p in sorted((ROOT / d).rglob("*"))
+                                   if p.is_file() and "__pycache__" not in p.parts)]
+    citing = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError:            # a binary file (a figure, weights)
+            continue
+        if DESIGN in text:
+            citing.append(str(f.relative_to(ROOT)))
+    assert not citing, f"cite docs/architecture.md instead of {DESIGN}: {citing}"
 
 
 def test_generated_pages_are_current():

@@ -1,7 +1,7 @@
-"""The package's imports point down the layer order of DESIGN.md ("Layout") and never form a
-cycle, counting imports inside functions too (only function-level imports once kept a cycle
-of 24 modules from crashing at import time). Read from the source with `ast`; nothing is
-imported."""
+"""The package's imports point down the layer order of docs/architecture.md (its table) and
+never form a cycle, counting imports inside functions too (only function-level imports once
+kept a cycle of 24 modules from crashing at import time). Read from the source with `ast`;
+nothing is imported."""
 from __future__ import annotations
 
 import ast
@@ -148,7 +148,7 @@ def test_one_plotting_helper():
     assert importers == {"agentrl_cli.reporting.plots"}
 
 
-MAX_FUNCTION_LINES = 60      # DESIGN.md, house style: a function a reader takes in at once
+MAX_FUNCTION_LINES = 60      # docs/architecture.md: a function a reader takes in at once
 
 # Functions allowed over MAX_FUNCTION_LINES, by "module.function", each with the reason.
 LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {}
@@ -182,10 +182,11 @@ def test_the_length_check_finds_a_long_function(tmp_path):
 
 
 # ----------------------------------------------------------------------------- re-exports
-# DESIGN.md, "One home per idea": no compatibility re-exports inside the package. A module
-# that is not a package's `__init__` defines what it exports; whoever needs a name imports
-# it from the module that defines it (a package's `__init__` is its public face: its own
-# registrations and the names it gathers for users, e.g. `credit`'s public math API).
+# docs/architecture.md (its first paragraph): no compatibility re-exports inside the
+# package. A module that is not a package's `__init__` defines what it exports; whoever needs
+# a name imports it from the module that defines it (a package's `__init__` is its public
+# face: its own registrations and the names it gathers for users, e.g. `credit`'s public
+# math API).
 
 # Modules allowed to re-export, by module name, each with the reason.
 REEXPORT_EXCEPTIONS: dict[str, str] = {}

@@ -4,7 +4,8 @@ Shared by the diagnostics that need a policy: the audit tree on a checkpoint, cr
 and the variance decomposition.
 
 - `load_checkpoint_policy`: the policy of a checkpoint (or of `cfg.model`) with its value head
-  (the critic stored in `trainer_state.pt`, None for a critic-free method).
+  (the critic stored in `trainer_state.pt`, None for a critic-free method), opened by
+  `train.checkpoint.open_checkpoint`.
 - `sample_episodes`: episodes with the env snapshotted at every segment-boundary state `s_k`
   (the runner's `on_state` hook): the context before segment k, which starts at
   `segment_starts[k]` (one segment per turn; per context window under a context operator).
@@ -41,31 +42,20 @@ class Policy:
     name: str                      # what was loaded (checkpoint folder or model name)
 
 
-def load_critic(ckpt: Path, model: torch.nn.Module) -> torch.nn.Module | None:
-    """The critic stored with a checkpoint (a value head or a separate critic model, on
-    `model`'s device), or None (critic-free method)."""
-    from ..models.critic import critic_from_checkpoint
-    from ..train import checkpoint
-
-    return critic_from_checkpoint(checkpoint.load_state(ckpt), model)
-
-
 def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Policy:
     """The policy (and critic) of checkpoint `ckpt` (a checkpoint folder, or a run folder: its
-    latest checkpoint), or of `cfg.model` when `ckpt` is None (no critic then)."""
-    import dataclasses
-
+    latest checkpoint; `train.checkpoint.open_checkpoint`), or of `cfg.model` when `ckpt` is
+    None (no critic then)."""
     from ..rollout.runtime import build_runtime
-    from ..train import checkpoint
+    from ..train.checkpoint import open_checkpoint
 
-    head_dir = None
-    if ckpt is not None:
-        head_dir = checkpoint.find(ckpt)
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(head_dir)))
-    rt = build_runtime(cfg, log=lambda s: None)
-    head = load_critic(head_dir, rt.model) if head_dir else None
-    return Policy(cfg, rt.model, rt.fmt, rt.spec, rt.engine, rt.params, head,
-                  str(head_dir or rt.model_path))
+    if ckpt is None:
+        rt, critic, name = build_runtime(cfg, log=lambda s: None), None, None
+    else:
+        opened = open_checkpoint(ckpt, cfg, log=lambda s: None)
+        rt, critic, name = opened.runtime, opened.critic, opened.path
+    return Policy(rt.cfg, rt.model, rt.fmt, rt.spec, rt.engine, rt.params, critic,
+                  str(name or rt.model_path))
 
 
 @dataclass

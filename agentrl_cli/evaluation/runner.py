@@ -70,12 +70,16 @@ def evaluate(engine, fmt: ChatFormat, spec: EnvSpec, tasks: list[Task], n: int,
 
 
 def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False,
-             seed: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
-    """`agentrl eval`'s library function: load the policy from config and evaluate it on the
-    first `n_tasks` held-out tasks, `n` samples each (sampling seed: `seed`, else cfg.seed)."""
+             seed: int | None = None, progress: Callable[[int, int], None] | None = None,
+             rt=None) -> dict:
+    """`agentrl eval`'s library function: evaluate the policy on the first `n_tasks` held-out
+    tasks, `n` samples each (sampling seed: `seed`, else cfg.seed). `rt`: the runtime to
+    evaluate (a checkpoint's, opened by the caller: `train.checkpoint.open_checkpoint`), else
+    the policy is loaded from config (`rollout.runtime.build_runtime`, `greedy` decoding)."""
     from ..rollout.runtime import build_runtime
 
-    rt = build_runtime(cfg, greedy=greedy)
+    if rt is None:
+        rt = build_runtime(cfg, greedy=greedy)
     return evaluate(rt.engine, rt.fmt, rt.spec, rt.spec.tasks("eval", n_tasks), n, rt.params,
                     cfg.rollout.max_tokens, cfg.rollout.batch_size,
                     seed=cfg.seed if seed is None else seed, k_max=k_max, progress=progress)

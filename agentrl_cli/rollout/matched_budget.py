@@ -1,4 +1,4 @@
-"""The matched generation budget (docs/methods.md, "Budget"; DESIGN.md, "Matched budgets"):
+"""The matched generation budget (docs/methods.md, "Budget"; docs/architecture.md):
 what one linear (GRPO-style) step generates, measured once with the initial policy.
 
 `matched_budget` is the one measurement. The trainer takes it on step 1's tasks at step 0

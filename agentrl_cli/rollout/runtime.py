@@ -1,5 +1,5 @@
-"""The runtime a rollout runs on, built from a config in one place (DESIGN.md: "One place builds
-each runtime object"): the policy model with its tokenizer and chat format, the env spec (under
+"""The runtime a rollout runs on, built from a config in one place (docs/architecture.md,
+"Modules, one line each"): the policy model with its tokenizer and chat format, the env spec (under
 the configured context operator), the generation engine and the sampling parameters.
 
 The trainer, `agentrl eval`, `agentrl rollout` (episodes and FOCUS trees), `agentrl ablate`'s

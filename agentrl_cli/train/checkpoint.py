@@ -24,6 +24,11 @@ corrupted at the same size) or that has no manifest is damaged. `--resume` names
 checkpoint and continues from the newest one that verifies (`load_for_resume`); every other
 reader (`eval`, `rollout`, `diagnose`) calls `find`, which names the checkpoint it uses and
 stops with a one-line error naming a damaged one (never an older checkpoint in its place).
+
+`open_checkpoint` is the one place a checkpoint becomes a policy and a critic: a runtime built
+from its folder and its critic rebuilt from `value_head` (`diagnose`, `eval`), or its weights
+and critic loaded into a live runtime and critic (`--resume`); with a typed view of the rest of
+its trainer state (`TrainerState`).
 """
 from __future__ import annotations
 
@@ -34,14 +39,19 @@ import pickle
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from ..errors import ConfigError
 from ..models.lora import ADAPTER_FILE, module_state
 from .run_folder import atomic_write_text
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..rollout.runtime import Runtime
 
 STATE_FILE = "trainer_state.pt"
 WEIGHTS_FILE = "model.safetensors"
@@ -306,3 +316,95 @@ def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
                           + "; ".join(f"{d.name}: {w}" for d, w in damaged)
                           + "); start over with --overwrite")
     return None
+
+
+# ------------------------------------------------------------------ a checkpoint, opened
+@dataclass(frozen=True)
+class TrainerState:
+    """A typed view of a checkpoint's `trainer_state.pt` (what `train.loop.save` writes). A key
+    the file lacks is None here (a state written by hand, or before the key existed); readers
+    that need one (resuming needs `optimizer`, `step`, `base_eval`, `tokens_total`) say so. It
+    holds no RNG states: each step's generators are derived from (seed, step), the task order
+    from the seed (module docstring)."""
+
+    step: int | None
+    optimizer: dict | None                # the optimiser's state_dict
+    value_head: dict | None               # the critic's state_dict (None: critic-free method)
+    critic_config: dict | None            # a separate critic's architecture (`model.critic_path`)
+    base_eval: dict | None                # the step-0 held-out check
+    last_eval: dict | None                # the held-out check in force at the checkpoint
+    tokens_total: int | None              # generated tokens so far
+    rollout_carry: dict                   # the rollouts' carried budget ({} when none)
+    method: str | None
+    raw: dict = field(repr=False, default_factory=dict)   # the state as loaded, every key
+
+    @classmethod
+    def of(cls, state: dict) -> TrainerState:
+        """The view of a loaded state (`load_state`)."""
+        return cls(state.get("step"), state.get("optimizer"), state.get("value_head"),
+                   state.get("critic_config"), state.get("base_eval"), state.get("last_eval"),
+                   state.get("tokens_total"), state.get("rollout_carry") or {},
+                   state.get("method"), state)
+
+
+@dataclass
+class OpenedCheckpoint:
+    """A checkpoint as a policy, its critic and its trainer state (`open_checkpoint`)."""
+
+    path: Path                            # the checkpoint folder
+    runtime: Runtime                      # the policy (model, tokenizer, chat format), env, engine
+    critic: torch.nn.Module | None        # None: critic-free method (or not asked for)
+    state: TrainerState
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        return self.runtime.model
+
+
+def open_checkpoint(path: str | Path, cfg: RunConfig, *, log: Callable[[str], None] = print,
+                    greedy: bool = False, with_critic: bool = True, verified: bool = False,
+                    into: Runtime | None = None, into_critic: torch.nn.Module | None = None,
+                    loaded: tuple[dict, dict] | None = None) -> OpenedCheckpoint:
+    """The one place a checkpoint becomes a policy and a critic.
+
+    Fresh (`into` None; `diagnose`, `eval`): `path` is a checkpoint folder or a run folder (its
+    newest checkpoint), verified by `find` (`verified`: `path` is a checkpoint folder `find`
+    already verified); the runtime is `rollout.runtime.build_runtime` of `cfg` with
+    `model.name` set to the checkpoint folder (`log`, `greedy` passed on), and the critic is
+    rebuilt from the state's `value_head` next to the policy, in eval mode
+    (`models.critic.critic_from_checkpoint`; None for a critic-free method, or without
+    `with_critic`). The state is read memory-mapped: an optimiser's state is not read in.
+
+    Into a live run (`into`: `--resume`): the checkpoint's weights load into `into.model`
+    (`strict=False`: a LoRA checkpoint holds the adapters only) and its `value_head` into
+    `into_critic` when both are there (else the critic stays as it is); `loaded` is the
+    (state, weights) `load_for_resume` already read, else they are read here."""
+    if into is not None:
+        return _open_into(Path(path), into, into_critic, loaded, log)
+    import dataclasses
+
+    from ..models.critic import critic_from_checkpoint
+    from ..rollout.runtime import build_runtime
+
+    ckpt = Path(path) if verified else find(path)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(ckpt)))
+    rt = build_runtime(cfg, log, greedy=greedy)
+    state = load_state(ckpt, mmap=True)
+    critic = critic_from_checkpoint(state, rt.model) if with_critic else None
+    return OpenedCheckpoint(ckpt, rt, critic, TrainerState.of(state))
+
+
+def _open_into(ckpt: Path, rt: Runtime, critic: torch.nn.Module | None,
+               loaded: tuple[dict, dict] | None, log: Callable[[str], None]) -> OpenedCheckpoint:
+    """`open_checkpoint` into a live runtime and critic (its docstring)."""
+    if loaded is None:
+        found = load_for_resume(ckpt, log)
+        if found is None:
+            raise ConfigError(f"no checkpoint found at {ckpt}")
+        ckpt, state, weights = found
+    else:
+        state, weights = loaded
+    rt.model.load_state_dict(weights, strict=False)
+    if critic is not None and state.get("value_head") is not None:
+        critic.load_state_dict(state["value_head"])
+    return OpenedCheckpoint(ckpt, rt, critic, TrainerState.of(state))

@@ -133,8 +133,10 @@ def eval_checkpoint(req: EvalRequest, announce: Callable[[EvalPlan], None] = lam
                     progress: Callable[[int, int], None] | None = None) -> tuple[EvalPlan, dict]:
     """Plan (`plan_eval`), say what is evaluated (`announce(plan)`), build `tiny` if needed,
     check the memory, evaluate (`evaluation.runner.run_eval`; `progress(done, total)`), and
-    write `--json`. -> (plan, results)."""
+    write `--json`. -> (plan, results). A checkpoint's policy is opened by
+    `checkpoint.open_checkpoint` (verified by `plan_eval`; its critic is not needed)."""
     from ..evaluation.runner import run_eval
+    from .checkpoint import open_checkpoint
     from .tiny_build import ensure_model
 
     plan = plan_eval(req)
@@ -142,8 +144,10 @@ def eval_checkpoint(req: EvalRequest, announce: Callable[[EvalPlan], None] = lam
     cfg = plan.cfg
     ensure_model(cfg)                     # `tiny`: built once, before the bar
     check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", plan.tasks)   # prompts, rows x context
+    rt = None if plan.ckpt is None else open_checkpoint(
+        plan.ckpt, cfg, greedy=req.greedy, with_critic=False, verified=True).runtime
     res = run_eval(cfg, n=plan.n, k_max=plan.pass_k, n_tasks=plan.tasks, greedy=req.greedy,
-                   seed=plan.seed, progress=progress)
+                   seed=plan.seed, progress=progress, rt=rt)
     res["checkpoint"] = str(plan.ckpt) if plan.ckpt is not None else None
     if req.json_path is not None:
         from .run_folder import atomic_write_text
