@@ -27,13 +27,6 @@ class Recipe:
 
 METHODS: Registry[Recipe] = Registry("method")
 
-# Rollout controllers that fork episodes (snapshot an env, restore it into fresh envs): a user
-# env must pass check-env's fork check before a run with one of them starts (FOCUS, VinePPO).
-FORKING_CONTROLLERS = frozenset({"focus", "vine"})
-# Rollout controllers whose step is a set of search trees (`RolloutResult.extras["trees"]`):
-# `agentrl rollout --method M` writes trees for them.
-TREE_CONTROLLERS = frozenset({"focus"})
-
 
 def _add(r: Recipe) -> None:
     METHODS.register(r.name, r)

@@ -90,11 +90,11 @@ def main() -> None:
         res, dt = next(iter(runs.values()))      # the step's numbers: the first form's run
         if step == 0:
             continue
-        m = res.extras["metrics"]
+        m = res.metrics
         print(f"  step {step}: {dt:.2f} s, {res.tokens} tokens, {len(res.episodes)} paths, "
-              f"bookkeeping {100 * res.extras['focus_timing']['bookkeeping_seconds'] / dt:.2f}%")
+              f"bookkeeping {100 * res.timing.bookkeeping_seconds / dt:.2f}%")
         wall += dt
-        book += res.extras["focus_timing"]["bookkeeping_seconds"]
+        book += res.timing.bookkeeping_seconds
         tokens += res.tokens
         paths += len(res.episodes)
         conts += m["focus/continuations"]

@@ -266,9 +266,8 @@ def child(args) -> None:
 
     def count_rollout(result, *a):
         count["generated"] += int(result.tokens)
-        timing = result.extras.get("focus_timing")
-        if timing:
-            parts["planner"] += timing["bookkeeping_seconds"]     # wall, one thread: ~CPU
+        if result.timing is not None:
+            parts["planner"] += result.timing.bookkeeping_seconds     # wall, one thread: ~CPU
 
     parts = {k: 0.0 for k in ROLLOUT_PARTS}
     count.update(decode_forwards=0, decode_rows=0, decode_attended=0, decode_real=0,

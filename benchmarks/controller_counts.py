@@ -9,6 +9,7 @@ prints one line per step.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -32,12 +33,12 @@ def main() -> None:
     seen = []
 
     def counted(ctx, tasks, *a, **k):
-        res = inner(ctx, tasks, *a, **k)
+        res = inner.run(ctx, tasks, *a, **k)
         seen.append((len(res.episodes), len({e.group for e in res.episodes}), res.tokens,
                      res.extra_tokens))
         return res
 
-    CONTROLLERS._items[name] = counted
+    CONTROLLERS._items[name] = dataclasses.replace(inner, run=counted)
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, Path(tmp) / "run", log=lambda s: None)
     print(f"{args.method} ({name} controller), budget {args.budget or 'none'}:")

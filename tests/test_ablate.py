@@ -388,6 +388,15 @@ def test_benchmark_option_gives_every_run_its_settings(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ declared reads vs the source
+def _registration(call) -> bool:
+    """`REG.register("name", Obj(step, ...), ...)`: a registration by a call."""
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "register" and isinstance(call.func.value, ast.Name)
+            and len(call.args) == 2 and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[1], ast.Call) and call.args[1].args
+            and isinstance(call.args[1].args[0], ast.Name))
+
+
 class _Source:
     """The package's source, parsed: which `algo.*` keys a registered entry reads, itself and
     transitively through the package functions and classes it names (`algo.X`, `ctx.algo.X`,
@@ -398,6 +407,7 @@ class _Source:
         self.defs: dict[tuple[str, str], ast.AST] = {}     # (module, name) -> FunctionDef/ClassDef
         self.names: dict[str, dict[str, tuple]] = {}       # module -> local name -> target
         self.entries: dict[tuple[str, str], list] = {}     # (registry, entry) -> defs
+        self.pending: list[tuple[str, str, str, str]] = []  # registrations by a call
         for path in sorted(root.rglob("*.py")):
             mod = ".".join(path.relative_to(root).with_suffix("").parts)
             tree = ast.parse(path.read_text())
@@ -414,6 +424,12 @@ class _Source:
                                 and d.func.attr == "register" and isinstance(d.func.value, ast.Name)
                                 and d.args and isinstance(d.args[0], ast.Constant)):
                             self.entries.setdefault((d.func.value.id, d.args[0].value), []).append((mod, node))
+                elif isinstance(node, ast.Expr) and _registration(node.value):
+                    # `REG.register("name", Controller(step, ...))` in a package's `__init__`:
+                    # the entry is the in-process step (the first argument of the object built)
+                    call = node.value
+                    self.pending.append((call.func.value.id, call.args[0].value, mod,
+                                         call.args[1].args[0].id))
                 elif isinstance(node, ast.ImportFrom) and node.level:
                     base = pkg.split(".") if pkg else []
                     base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
@@ -421,6 +437,9 @@ class _Source:
                     for a in node.names:
                         local[a.asname or a.name] = ("from", src, a.name)
             self.names[mod] = local
+        for reg, entry, mod, name in self.pending:
+            target = self._resolve(mod, name)
+            self.entries.setdefault((reg, entry), []).append((target[0], self.defs[target]))
 
     def _resolve(self, mod: str, name: str, attr: str | None = None):
         t = self.names.get(mod, {}).get(name)

@@ -282,12 +282,12 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
     monkeypatch.setattr(batch_cls, "add_row", count_add)
     # long enough for three resets per episode, so that rows move on to later windows after
     # the nodes they created (a fork from such a row would see the wrong context)
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, spec, "focus", budget=420, max_tokens=900,
+    res = CONTROLLERS.get("focus").run(_ctx(micro_policy, spec, "focus", budget=420, max_tokens=900,
                                         focus_allocator="uniform"), spec.tasks("train", 2))
     from agentrl_cli.credit.focus_credit import path_values, refine_tree
 
     eps = res.episodes
-    for tree in res.extras["trees"]:
+    for tree in res.trees:
         arr = tree.arrays()
         vals = refine_tree(arr, 1.0, 1.0)
         for pid, node_ids in tree.paths.items():
@@ -308,7 +308,7 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
         assert reset == ep.window_starts     # (a last summary may not fit: no reset after it)
     conts = [ep for ep in eps if ep.meta["focus_origin"] != 0]
     assert conts, "needs a continuation launched inside a later window"
-    n_cont = res.extras["metrics"]["focus/continuations"]
+    n_cont = res.metrics["focus/continuations"]
     # a continuation forks a row still in the node's window, else prefills the visible context
     assert launched["fork"] + launched["prefill"] == len(eps)
     assert launched["fork"] >= 1
@@ -323,11 +323,11 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
 
 def test_vine_states_are_window_starts(micro_policy):
     spec = _spec("compaction", 110, max_turns=4)
-    res = CONTROLLERS.get("vine")(_ctx(micro_policy, spec, "vineppo", vine_k=1), spec.tasks("train", 1))
+    res = CONTROLLERS.get("vine").run(_ctx(micro_policy, spec, "vineppo", vine_k=1), spec.tasks("train", 1))
     eps = res.episodes
-    assert [len(v) for v in res.extras["segment_values"]] == [len(ep.segment_starts) for ep in eps]
+    assert [len(v) for v in res.segment_values] == [len(ep.segment_starts) for ep in eps]
     assert any(len(ep.segment_starts) > 1 for ep in eps)
-    for c in res.extras["continuations"]:
+    for c in res.continuations:
         src = eps[c.meta["source"]]
         prefix = visible_ids(src, src.segment_starts[c.meta["boundary"]])
         assert c.token_ids[:len(prefix)] == prefix and c.window_prefix == src.window_prefix

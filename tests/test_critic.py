@@ -149,7 +149,7 @@ def test_separate_critic_warmup_moves_the_critic_model_only(micro_policy):
 def _trees_equal(ref, res):
     for a, b in zip(ref.episodes, res.episodes):
         assert a.token_ids == b.token_ids
-    for ta, tb in zip(ref.extras["trees"], res.extras["trees"]):
+    for ta, tb in zip(ref.trees, res.trees):
         assert [(n.parent, n.position, n.launched) for n in ta.nodes] == \
                [(n.parent, n.position, n.launched) for n in tb.nodes]
         for na, nb in zip(ta.nodes, tb.nodes):
@@ -167,7 +167,7 @@ def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
     from agentrl_cli.engines.base import SamplingParams
     from agentrl_cli.rollout.executors import HFPathExecutor
     from agentrl_cli.rollout.pools import LocalPool
-    from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+    from agentrl_cli.rollout.scheduler import PathRunner
     from agentrl_cli.rollout.values import CriticValues
     from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 
@@ -181,19 +181,19 @@ def test_focus_trees_read_a_separate_critic_at_the_node_states(micro_policy):
                               torch.Generator().manual_seed(0), algo=algo, critic=head)
 
     head = random_value_head(model)
-    ref = CONTROLLERS.get("focus")(ctx(head), tasks)
-    assert ref.extras["metrics"]["focus/continuations"] > 0, "the case must branch"
+    ref = CONTROLLERS.get("focus").run(ctx(head), tasks)
+    assert ref.metrics["focus/continuations"] > 0, "the case must branch"
     critic = _separate_like(head, model)
-    _trees_equal(ref, CONTROLLERS.get("focus")(ctx(critic), tasks))
+    _trees_equal(ref, CONTROLLERS.get("focus").run(ctx(critic), tasks))
     ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, params, 512, share=3)
     runner = PathRunner(LocalPool(ex), CriticValues(model, critic), ticks=2)
-    _trees_equal(ref, PATH_CONTROLLERS.get("focus")(ctx(critic), tasks, runner))
+    _trees_equal(ref, CONTROLLERS.get("focus").run_paths(ctx(critic), tasks, runner))
     with torch.no_grad():
         for p in critic.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    changed = CONTROLLERS.get("focus")(ctx(critic), tasks)
-    v0 = [n.v for n in ref.extras["trees"][0].nodes[:1]]
-    v1 = [n.v for n in changed.extras["trees"][0].nodes[:1]]
+    changed = CONTROLLERS.get("focus").run(ctx(critic), tasks)
+    v0 = [n.v for n in ref.trees[0].nodes[:1]]
+    v1 = [n.v for n in changed.trees[0].nodes[:1]]
     assert abs(v0[0] - v1[0]) > 1e-4
 
 

@@ -143,8 +143,8 @@ def test_the_simulation_and_the_runner_share_the_allocation_decision(monkeypatch
     algo = config.load(sets=MICRO + ["algo.focus_roots=1"], method="focus").algo
     ctx = RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, SamplingParams(max_new_tokens=8),
                          3, 512, 2, 0, torch.Generator().manual_seed(0), algo=algo)
-    res = CONTROLLERS.get("focus")(ctx, spec.tasks("train", 1))
-    assert res.extras["metrics"]["focus/continuations"] == 2
+    res = CONTROLLERS.get("focus").run(ctx, spec.tasks("train", 1))
+    assert res.metrics["focus/continuations"] == 2
     assert calls["sim"] >= 5 and calls["runner"] >= 2
 
 

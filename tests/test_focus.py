@@ -50,7 +50,7 @@ def linear_case(micro_policy):
     head = random_value_head(model)
     tasks = spec.tasks("train", 3)
     algo = _algo(focus_roots=2, focus_lam=0, focus_norm="none")   # the paper's TD(0), raw residuals
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
+    res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, critic=head), tasks)
     base = planner.seed_base(torch.Generator().manual_seed(0))
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(2)]
     gens = [planner.path_generator(base, i) for i in range(len(pairs))]
@@ -61,7 +61,7 @@ def linear_case(micro_policy):
 
 def test_no_branching_equals_linear_rollout(linear_case):
     res, ref, _, _ = linear_case
-    assert res.extras["metrics"]["focus/continuations"] == 0
+    assert res.metrics["focus/continuations"] == 0
     assert len(res.episodes) == len(ref) == 6
     assert sum(e.num_turns for e in ref) > len(ref), "needs multi-turn episodes"
     for a, b in zip(res.episodes, ref):
@@ -76,7 +76,7 @@ def test_no_branching_advantages_are_td0_of_refined_values(linear_case, micro_po
     res, ref, head, algo = linear_case
     model, tok, fmt, spec = micro_policy
     batch = collate(res.episodes, fmt.pad_id)
-    batch.extras.update(res.extras)
+    batch.tree_arrays, batch.segment_values = res.tree_arrays, res.segment_values
     with torch.no_grad():
         _, values = forward(model, head, batch, 1.0)
     # independent tree: one shared root per task, then a chain per episode; critic from the trainer
@@ -99,15 +99,15 @@ def test_no_branching_advantages_are_td0_of_refined_values(linear_case, micro_po
     credit = ESTIMATORS.get("focus")(batch, algo)
     torch.testing.assert_close(credit.advantages, expect, rtol=0, atol=1e-4)
     # the rollout's critic values are the trainer's values at the boundary positions
-    for tree in res.extras["trees"]:
+    for tree in res.trees:
         for nd in tree.nodes:
             if not nd.terminal:
                 assert abs(nd.v - float(values[nd.path, nd.position])) < 1e-4
     # critic targets: G_bar of every non-leaf node, at its boundary position in its own episode
-    n_inner = sum(not nd.terminal for t in res.extras["trees"] for nd in t.nodes)
+    n_inner = sum(not nd.terminal for t in res.trees for nd in t.nodes)
     assert int(credit.value_mask.sum()) == n_inner
     # with a (nearly) infinitely confident critic V~ = V: plain segment TD(0) on the critic
-    for tree in res.extras["trees"]:
+    for tree in res.trees:
         arr = tree.arrays()
         vals = refine_tree(arr, kappa=1e9, gamma=1.0)
         for pid in tree.paths:
@@ -148,12 +148,12 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
     monkeypatch.setattr(focus_mod.FocusRunner, "_launch_from", launch)
     tasks = spec.tasks("train", 2)
     algo = _algo(focus_roots=1, focus_max_inflight=2)
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=5, batch_size=2,
+    res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, group_size=5, batch_size=2,
                                         critic=random_value_head(model)), tasks)
     assert seen["max_active"] <= 2 and seen["max_own"] <= 2
-    assert len(res.episodes) == 10 and res.extras["metrics"]["focus/continuations"] == 8
+    assert len(res.episodes) == 10 and res.metrics["focus/continuations"] == 8
     assert seen["forks"] > 0
-    m = res.extras["metrics"]     # the step reports how its continuations got their prefix
+    m = res.metrics     # the step reports how its continuations got their prefix
     assert (m["focus/fork_starts"], m["focus/prefill_starts"]) == (seen["forks"], seen["prefills"])
     assert m["focus/fork_starts"] + m["focus/prefill_starts"] == m["focus/continuations"]
     assert (m["focus/prefill_start_tokens"] > 0) == (seen["prefills"] > 0)
@@ -165,7 +165,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
         lp, _ = forward(model, None, batch, 1.0)
     mask = batch.response_mask.bool()
     assert float((lp - batch.engine_logprobs)[mask].abs().max()) < 1e-4
-    trees = res.extras["trees"]
+    trees = res.trees
     for tree in trees:
         for pid, ids in tree.paths.items():
             e = res.episodes[pid]
@@ -189,18 +189,18 @@ def test_token_budget_and_other_allocators(micro_policy):
     model, tok, fmt, spec = micro_policy
     tasks = spec.tasks("train", 1)
     for name in ("uniform", "random", "raw-residual"):
-        res = CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_allocator=name, focus_roots=1),
+        res = CONTROLLERS.get("focus").run(_ctx(micro_policy, _algo(focus_allocator=name, focus_roots=1),
                                             group_size=3, batch_size=2), tasks)
         assert len(res.episodes) == 3
-        assert res.extras["metrics"]["focus/continuations"] == 2
+        assert res.metrics["focus/continuations"] == 2
     # token budget: roots always run, continuations are charged while in flight, so with 8
     # paths running at once the step still lands within one path (3 turns x 8 tokens) of the
     # budget (charging only finished tokens overshot by 60-95 tokens here)
     two = spec.tasks("train", 2)
     for seed in range(3):
-        res = CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_roots=1), group_size=32,
+        res = CONTROLLERS.get("focus").run(_ctx(micro_policy, _algo(focus_roots=1), group_size=32,
                                             batch_size=8, budget=100, seed=seed), two)
-        m = res.extras["metrics"]
+        m = res.metrics
         assert m["focus/tokens"] == res.tokens
         assert abs(res.tokens - 100) <= 3 * 8
         assert 2 < len(res.episodes) < 64
@@ -218,7 +218,7 @@ def test_a_run_that_overshot_its_budget_launches_less(micro_policy):
         ctx = _ctx(micro_policy, _algo(focus_roots=1), group_size=32, batch_size=8, budget=100,
                    seed=1)
         ctx.carry = carry
-        return CONTROLLERS.get("focus")(ctx, two)
+        return CONTROLLERS.get("focus").run(ctx, two)
 
     first = {}
     res = step(first)
@@ -239,13 +239,13 @@ def test_min_depth_keeps_continuations_below_the_shallow_states(micro_policy):
     tasks = micro_policy[3].tasks("train", 2)
     shares = {}
     for depth in (0, 2):
-        res = CONTROLLERS.get("focus")(_ctx(micro_policy, _algo(focus_roots=1, focus_min_depth=depth),
+        res = CONTROLLERS.get("focus").run(_ctx(micro_policy, _algo(focus_roots=1, focus_min_depth=depth),
                                             group_size=8, batch_size=4), tasks)
-        m = res.extras["metrics"]
+        m = res.metrics
         assert m["focus/continuations"] > 0
         shares[depth] = sum(v for k, v in m.items() if k in ("focus/launch_share_depth0",
                                                                "focus/launch_share_depth1"))
-        launched = [nd.depth for t in res.extras["trees"] for nd in t.nodes if nd.launched]
+        launched = [nd.depth for t in res.trees for nd in t.nodes if nd.launched]
         assert launched and (depth == 0 or min(launched) >= depth)
     assert shares[0] > 0 and shares[2] == 0
     t = _hand_tree()                             # the shared choice: only node 1's depth is 1
@@ -567,10 +567,10 @@ def test_focus_prior_reaches_the_estimator(micro_policy):
     head = random_value_head(micro_policy[0])
     tasks = micro_policy[3].tasks("train", 2)
     algo = _algo(focus_roots=2, focus_prior="tree")
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
-    values, _, refined, _ = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
+    res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, critic=head), tasks)
+    values, _, refined, _ = path_credit(res.tree_arrays, algo, len(res.episodes))
     moved = False
-    for tree, got in zip(res.extras["focus_trees"], refined):
+    for tree, got in zip(res.tree_arrays, refined):
         want = refine_tree(tree, algo.kappa, algo.gamma, prior=tree_prior(tree))
         assert got.V_tilde == pytest.approx(want.V_tilde)
         critic = refine_tree(tree, algo.kappa, algo.gamma)   # what the critic prior gives
@@ -614,11 +614,11 @@ def _mixed_outcome_step(micro_policy, algo):
     rewards set to 1, 0, 1, ... (trees and batch alike) so the outcomes below a shared state
     differ: -> (rollout result, batch, trees)."""
     model, tok, fmt, spec = micro_policy
-    res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, group_size=8, batch_size=8,
+    res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, group_size=8, batch_size=8,
                                         critic=random_value_head(model)), spec.tasks("train", 3))
     batch = collate(res.episodes, fmt.pad_id)
-    batch.extras.update(res.extras)
-    trees = res.extras["focus_trees"]
+    batch.tree_arrays, batch.segment_values = res.tree_arrays, res.segment_values
+    trees = res.tree_arrays
     for tree in trees:
         for p, ids in tree.paths.items():
             tree.reward[ids[-1]] = float(p % 2 == 0)
@@ -701,13 +701,13 @@ def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
     got, trees = {}, {}
     for kind in ("refined", "loo"):
         algo = _algo(focus_roots=2, focus_baseline=kind)
-        res = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, critic=head), tasks)
-        values, _, refined, _ = path_credit(res.extras["focus_trees"], algo, len(res.episodes))
-        for tree, vals in zip(res.extras["focus_trees"], refined):
+        res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, critic=head), tasks)
+        values, _, refined, _ = path_credit(res.tree_arrays, algo, len(res.episodes))
+        for tree, vals in zip(res.tree_arrays, refined):
             for p in tree.paths:
                 assert values[p] == (path_values(tree, vals, p) if kind == "refined" else
                                      path_values_loo(tree, vals, p, algo.kappa, algo.gamma))
-        got[kind], trees[kind] = values, res.extras["focus_trees"]
+        got[kind], trees[kind] = values, res.tree_arrays
     assert got["refined"] != got["loo"]
     assert trees["refined"] == trees["loo"]
     with pytest.raises(ConfigError, match="focus_baseline"):

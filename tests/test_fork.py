@@ -177,10 +177,10 @@ def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch, 
         ctx = RolloutContext(engine, fmt, spec,
                              SamplingParams(max_new_tokens=8), 3, 512, 3, 0,
                              torch.Generator().manual_seed(0), algo=algo, critic=head)
-        return CONTROLLERS.get("focus")(ctx, tasks)
+        return CONTROLLERS.get("focus").run(ctx, tasks)
 
     ref = step()
-    assert ref.extras["metrics"]["focus/continuations"] > 0
+    assert ref.metrics["focus/continuations"] > 0
     real = kv_batch._buffer
     monkeypatch.setattr(kv_batch, "_buffer", lambda *a: real(*a).fill_(float("nan")))
     poisoned = step()
@@ -356,7 +356,7 @@ def test_a_tree_rollout_keeps_its_running_rows_together(micro_policy, monkeypatc
         ctx = RolloutContext(hf.HFEngine(model, fmt.pad_id), fmt, spec,
                              SamplingParams(max_new_tokens=8), 3, 512, 3, 0,
                              torch.Generator().manual_seed(0), algo=algo, critic=head)
-        return CONTROLLERS.get("focus")(ctx, tasks)
+        return CONTROLLERS.get("focus").run(ctx, tasks)
 
     real_tick, seen = token_loop.TokenLoop.tick, []
 
@@ -368,7 +368,7 @@ def test_a_tree_rollout_keeps_its_running_rows_together(micro_policy, monkeypatc
 
     monkeypatch.setattr(token_loop.TokenLoop, "tick", tick)
     together = step()
-    assert seen and all(seen) and together.extras["metrics"]["focus/continuations"] > 0
+    assert seen and all(seen) and together.metrics["focus/continuations"] > 0
     monkeypatch.setattr(token_loop.TokenLoop, "tick", real_tick)
     monkeypatch.setattr(kv_batch, "BLOCK_SHARE", 2.0)             # never a block: every sub-batch gathered
     apart = step()

@@ -311,3 +311,67 @@ def test_the_reexport_check_finds_them(tmp_path):
         ("agentrl_cli.c", "f imported from it by agentrl_cli.d"),
         ("agentrl_cli.c", "f read from it by agentrl_cli.e"),
     ]
+
+
+# ------------------------------------------------------------------ one registry, a typed step
+def string_keyed_handoffs(files: dict[str, Path]) -> list[str]:
+    """`X.extras[...]`, `X.extras.get(...)` or `X.extras.update(...)`: a string-keyed hand-off
+    (the rollout's result and the batch carry named fields instead)."""
+    out = []
+    for m, f in files.items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "extras":
+                out.append(f"{m}:{node.lineno}")
+    return out
+
+
+def controller_name_sets(files: dict[str, Path], names: set[str]) -> list[str]:
+    """Module-level collections of controller names (`FORKING = {"focus", "vine"}`): a
+    capability kept outside the controller's one registration."""
+    out = []
+    for m, f in files.items():
+        for node in ast.parse(f.read_text(encoding="utf-8")).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any("ESTIMATOR" in ast.unparse(t) for t in targets):
+                continue              # an estimator's name may be a controller's too ("focus")
+            value = node.value
+            if isinstance(value, ast.Call) and value.args:     # frozenset({...})
+                value = value.args[0]
+            if isinstance(value, (ast.Set, ast.Tuple, ast.List)) and value.elts and all(
+                    isinstance(e, ast.Constant) and e.value in names for e in value.elts):
+                out.append(f"{m}:{node.lineno}")
+    return out
+
+
+def test_one_registration_per_controller_and_no_string_keyed_handoff():
+    from dataclasses import fields
+
+    from agentrl_cli.rollout.controllers import CONTROLLERS, Controller, RolloutResult
+    from agentrl_cli.train.batch import Batch
+
+    mods = modules(ROOT)
+    assert string_keyed_handoffs(mods) == []
+    assert "extras" not in {f.name for f in fields(RolloutResult)} | {f.name for f in fields(Batch)}
+    names = set(CONTROLLERS.names())
+    assert controller_name_sets(mods, names) == []
+    registrations = [n for f in mods.values() for n in ast.walk(ast.parse(f.read_text()))
+                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                     and n.func.attr == "register" and isinstance(n.func.value, ast.Name)
+                     and n.func.value.id == "CONTROLLERS"]
+    assert len(registrations) == len(names)
+    assert all(isinstance(CONTROLLERS.get(n), Controller) for n in names)
+    # no second registry of controllers
+    kinds = [n.args[0].value for f in mods.values() for n in ast.walk(ast.parse(f.read_text()))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Registry"
+             and n.args and isinstance(n.args[0], ast.Constant) and "controller" in str(n.args[0].value)]
+    assert kinds == ["controller"]
+
+
+def test_the_handoff_and_name_set_checks_find_them(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('FORKING = frozenset({"focus", "vine"})\nOK = ("grpo",)\n'
+                   'def f(batch):\n    return batch.extras["focus_trees"]\n')
+    assert string_keyed_handoffs({"bad": bad}) == ["bad:4"]
+    assert controller_name_sets({"bad": bad}, {"focus", "vine", "linear"}) == ["bad:1"]

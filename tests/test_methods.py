@@ -14,7 +14,7 @@ from conftest import MICRO
 from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.config import AlgoConfig
-from agentrl_cli.credit.estimators import ESTIMATORS
+from agentrl_cli.credit.estimators import ESTIMATORS, TraceReference
 from agentrl_cli.envs.base import StepResult, Task
 from agentrl_cli.methods import METHODS
 from agentrl_cli.rollout.controllers import (CONTROLLERS, RolloutContext, overlong_penalty,
@@ -149,7 +149,7 @@ def test_vine_estimator_matches_loop_and_skips_unknown_values():
     rng = random.Random(3)
     values = [[rng.random() for _ in ep.turns] for ep in eps]
     values[0][0] = math.nan  # a state that got no continuation (budget spent)
-    batch.extras["segment_values"] = values
+    batch.segment_values = values
     gamma = 0.9
     credit = ESTIMATORS.get("vine")(batch, AlgoConfig(gamma=gamma))
     per_ep = []
@@ -204,8 +204,7 @@ def test_trace_estimator_matches_loop():
     table = torch.zeros(len(eps), M)
     for b, row in enumerate(lps):
         table[b, :len(row)] = torch.tensor(row)
-    batch.extras["trace_mean_logprobs"] = table
-    batch.extras["trace_num_turns"] = torch.tensor([ep.num_turns for ep in eps])
+    batch.trace_reference = TraceReference(table, torch.tensor([ep.num_turns for ep in eps]))
     algo = AlgoConfig(trace_eps=0.1, trace_k=2, gamma_td=0.8, lambda_term=2.0, alpha_out=1.0,
                       alpha_turn=0.2)
     credit = ESTIMATORS.get("trace")(batch, algo)
@@ -339,7 +338,7 @@ def test_dynamic_sampling_drops_and_refills(micro_policy):
     spec = _OneShotSpec(mixed={3, 5, 6})
     ctx = _ctx(micro_policy, spec, dynamic_sampling=True, dynamic_rounds=4)
     tasks = spec.tasks("train")[:2]  # both constant-reward groups
-    res = CONTROLLERS.get("linear")(ctx, tasks)
+    res = CONTROLLERS.get("linear").run(ctx, tasks)
     groups = group_rewards(res.episodes)
     assert sorted(groups) == [0, 1]
     assert all(max(r) > min(r) for r in groups.values())
@@ -349,10 +348,10 @@ def test_dynamic_sampling_drops_and_refills(micro_policy):
     assert res.extra_tokens == res.tokens - sum(e.generated_tokens for e in res.episodes)
     # nothing informative anywhere: the first round comes back unchanged
     spec2 = _OneShotSpec(mixed=set())
-    res2 = CONTROLLERS.get("linear")(_ctx(micro_policy, spec2, dynamic_sampling=True,
+    res2 = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec2, dynamic_sampling=True,
                                           dynamic_rounds=2), spec2.tasks("train")[:2])
     assert [e.task_id for e in res2.episodes] == ["x0", "x0", "x1", "x1"]
-    assert res2.extras["dynamic_sampling"]["dynamic/rounds"] == 2
+    assert res2.counters["dynamic/rounds"] == 2
 
 
 def test_dynamic_sampling_refills_only_what_the_budget_affords(micro_policy):
@@ -361,26 +360,26 @@ def test_dynamic_sampling_refills_only_what_the_budget_affords(micro_policy):
     round spent nearly all of it, one group when one fits."""
     spec = _OneShotSpec(mixed={3, 5, 6})
     tasks = spec.tasks("train")[:2]
-    first = CONTROLLERS.get("linear")(_ctx(micro_policy, _OneShotSpec(mixed=set()),
+    first = CONTROLLERS.get("linear").run(_ctx(micro_policy, _OneShotSpec(mixed=set()),
                                            dynamic_sampling=False), tasks)
     spent = sum(e.generated_tokens for e in first.episodes)
     per_group = spent / len(first.episodes) * 2
-    tight = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=spent + int(per_group) - 1,
+    tight = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, budget=spent + int(per_group) - 1,
                                            dynamic_sampling=True, dynamic_rounds=4), tasks)
-    assert tight.extras["dynamic_sampling"]["dynamic/rounds"] == 0 and spec.made == 4
+    assert tight.counters["dynamic/rounds"] == 0 and spec.made == 4
     spec = _OneShotSpec(mixed={3, 5, 6})
-    one = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=spent + int(per_group) + 1,
+    one = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, budget=spent + int(per_group) + 1,
                                          dynamic_sampling=True, dynamic_rounds=1), tasks)
-    assert one.extras["dynamic_sampling"]["dynamic/rounds"] == 1 and spec.made == 6
+    assert one.counters["dynamic/rounds"] == 1 and spec.made == 6
 
 
 def test_linear_budget_stops_launching_waves(micro_policy):
     spec = _OneShotSpec(mixed=set())
     tasks = spec.tasks("train")[:6]
-    full = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, batch_size=2), tasks)
+    full = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, batch_size=2), tasks)
     assert len(full.episodes) == 12
     budget = 20
-    res = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=budget, batch_size=2), tasks)
+    res = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, budget=budget, batch_size=2), tasks)
     groups = group_rewards(res.episodes)
     assert 0 < len(groups) < 6 and all(len(g) == 2 for g in groups.values())
     last_wave = sum(e.generated_tokens for e in res.episodes[-2:])
@@ -394,7 +393,7 @@ def test_linear_budget_holds_the_run_to_its_tokens_per_step(micro_policy):
     the groups cost; the same rule holds the path scheduler's linear controller."""
     spec = micro_policy[3]
     tasks = spec.tasks("train", 8)
-    full = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, batch_size=4), tasks)
+    full = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, batch_size=4), tasks)
     per_group = full.tokens / 8
     budget = int(full.tokens * 0.55)              # about 4.4 of the step's 8 groups
     carry: dict = {}
@@ -403,7 +402,7 @@ def test_linear_budget_holds_the_run_to_its_tokens_per_step(micro_policy):
         ctx = _ctx(micro_policy, spec, budget=budget, batch_size=4)
         ctx.generator.manual_seed(step)
         ctx.carry = carry
-        res = CONTROLLERS.get("linear")(ctx, tasks)
+        res = CONTROLLERS.get("linear").run(ctx, tasks)
         spent.append(res.tokens)
         counts.append(len(group_rewards(res.episodes)))
     assert carry["linear_spend"] == [float(sum(spent)), 8.0 * budget]
@@ -418,11 +417,11 @@ def test_linear_budget_draws_more_tasks_when_its_groups_fall_short(micro_policy)
     about one group, so a GRPO whose episodes get shorter still generates what FOCUS does."""
     spec = micro_policy[3]
     tasks = spec.tasks("train", 2)
-    full = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, batch_size=4), tasks)
+    full = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, batch_size=4), tasks)
     assert len(group_rewards(full.episodes)) == 2
     per_group = full.tokens / 2
     budget = int(full.tokens * 3)                  # about six groups' worth
-    res = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=budget, batch_size=4), tasks)
+    res = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, budget=budget, batch_size=4), tasks)
     by_group: dict = {}
     for e in res.episodes:
         by_group.setdefault(e.group, []).append(e.task_id)
@@ -430,10 +429,10 @@ def test_linear_budget_draws_more_tasks_when_its_groups_fall_short(micro_policy)
     assert all(len(ids) == 2 and len(set(ids)) == 1 for ids in by_group.values())
     firsts = [by_group[g][0] for g in sorted(by_group)]
     assert firsts[:2] == [t.task_id for t in tasks] and len(set(firsts)) == len(firsts)
-    assert res.extras["metrics"]["rollout/drawn_groups"] == len(by_group) - 2
+    assert res.metrics["rollout/drawn_groups"] == len(by_group) - 2
     assert abs(res.tokens - budget) <= 1.5 * per_group, (res.tokens, budget, per_group)
     # dynamic sampling keeps its own refill rule: no extra draws from the first round
-    ds = CONTROLLERS.get("linear")(_ctx(micro_policy, spec, budget=budget, batch_size=4,
+    ds = CONTROLLERS.get("linear").run(_ctx(micro_policy, spec, budget=budget, batch_size=4,
                                         dynamic_sampling=True, dynamic_rounds=0), tasks)
     assert len(group_rewards(ds.episodes)) == 2
 

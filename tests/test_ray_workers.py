@@ -16,7 +16,7 @@ from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.rollout import planner as focus_mod
 from agentrl_cli.rollout.executors import HFPathExecutor
 from agentrl_cli.rollout.pools import LocalPool, RayPool, ray_temp_dir
-from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+from agentrl_cli.rollout.scheduler import PathRunner
 from agentrl_cli.rollout.values import CriticValues
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
@@ -45,7 +45,7 @@ def _same(ref, res, trees=True):
         assert (a.reward, a.finish, a.group, a.meta) == (b.reward, b.finish, b.group, b.meta)
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
     if trees:
-        for ta, tb in zip(ref.extras["trees"], res.extras["trees"]):
+        for ta, tb in zip(ref.trees, res.trees):
             assert ta.to_json()["paths"] == tb.to_json()["paths"]
             assert [(n.parent, n.position, n.launched, n.n, n.csum, n.inflight) for n in ta.nodes] == \
                    [(n.parent, n.position, n.launched, n.n, n.csum, n.inflight) for n in tb.nodes]
@@ -62,8 +62,8 @@ def focus_case(micro_policy):
     head = random_value_head(model)
     algo = _cfg("algo.focus_roots=1").algo
     tasks = micro_policy[3].tasks("train", 3)
-    ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks)
-    assert ref.extras["metrics"]["focus/continuations"] > 0, "the case must branch"
+    ref = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, head=head), tasks)
+    assert ref.metrics["focus/continuations"] > 0, "the case must branch"
     return ref, head, algo, tasks
 
 
@@ -76,7 +76,7 @@ def test_scheduler_builds_the_in_process_trees(micro_policy, focus_case, ticks):
     ref, head, algo, tasks = focus_case
     ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
     runner = PathRunner(LocalPool(ex), CriticValues(model, head), ticks=ticks)
-    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    res = CONTROLLERS.get("focus").run_paths(_ctx(micro_policy, algo, head=head), tasks, runner)
     _same(ref, res)
 
 
@@ -87,12 +87,12 @@ def test_scheduler_matches_in_process_under_a_token_budget(micro_policy, focus_c
     model, tok, fmt, spec = micro_policy
     _, head, algo, tasks = focus_case
     algo = dataclasses.replace(algo, focus_evidence=evidence)
-    ref = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks)
+    ref = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, head=head, budget=90), tasks)
     ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=3)
     runner = PathRunner(LocalPool(ex), CriticValues(model, head), ticks=2)
-    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head, budget=90), tasks,
+    res = CONTROLLERS.get("focus").run_paths(_ctx(micro_policy, algo, head=head, budget=90), tasks,
                                           runner)
-    assert ref.extras["metrics"]["focus/continuations"] > 0
+    assert ref.metrics["focus/continuations"] > 0
     _same(ref, res)
 
 
@@ -102,7 +102,7 @@ def test_linear_paths_equal_runner_with_per_episode_generators(micro_policy):
     tasks = spec.tasks("train", 2)
     ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=2)
     runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=3)
-    res = PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, batch_size=2, seed=5), tasks, runner)
+    res = CONTROLLERS.get("linear").run_paths(_ctx(micro_policy, algo, batch_size=2, seed=5), tasks, runner)
     base = focus_mod.seed_base(torch.Generator().manual_seed(5))
     pairs = [(t, g) for g, t in enumerate(tasks) for _ in range(3)]
     gens = [focus_mod.path_generator(base, i) for i in range(len(pairs))]
@@ -152,7 +152,7 @@ def ray_pool(micro_policy, tmp_path_factory):
 def test_two_ray_workers_build_the_in_process_trees(micro_policy, focus_case, ray_pool):
     ref, head, algo, tasks = focus_case
     runner = PathRunner(ray_pool, CriticValues(micro_policy[0], head), ticks=4)
-    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    res = CONTROLLERS.get("focus").run_paths(_ctx(micro_policy, algo, head=head), tasks, runner)
     _same(ref, res)
     assert set(runner.pool.futures) == set()
 
@@ -168,7 +168,7 @@ def test_weights_reach_the_workers(micro_policy, ray_pool):
     ray_pool.sync(changed.state_dict())
     try:
         runner = PathRunner(ray_pool, CriticValues(changed, None), ticks=4)
-        res = PATH_CONTROLLERS.get("linear")(_ctx(micro_policy, algo, seed=9, group_size=2), tasks, runner)
+        res = CONTROLLERS.get("linear").run_paths(_ctx(micro_policy, algo, seed=9, group_size=2), tasks, runner)
     finally:
         ray_pool.sync(model.state_dict())
     base = focus_mod.seed_base(torch.Generator().manual_seed(9))
@@ -196,7 +196,7 @@ def test_killed_worker_mid_step_still_yields_the_same_step(micro_policy, focus_c
     before = ray_pool.replaced
     runner = PathRunner(ray_pool, CriticValues(micro_policy[0], head), ticks=2,
                           after_report=kill_after_second_report)
-    res = PATH_CONTROLLERS.get("focus")(_ctx(micro_policy, algo, head=head), tasks, runner)
+    res = CONTROLLERS.get("focus").run_paths(_ctx(micro_policy, algo, head=head), tasks, runner)
     assert killed and ray_pool.replaced == before + 1
     _same(ref, res)
 
@@ -219,12 +219,12 @@ def test_scheduler_runs_context_operators_as_the_in_process_runner(micro_policy)
         return RolloutContext(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 2, 900, 4, 420,
                               torch.Generator().manual_seed(1), algo=cfg.algo, critic=head)
 
-    ref = CONTROLLERS.get("focus")(ctx(), tasks)
-    assert ref.extras["metrics"]["focus/continuations"] > 0
+    ref = CONTROLLERS.get("focus").run(ctx(), tasks)
+    assert ref.metrics["focus/continuations"] > 0
     assert all(len(ep.window_starts) >= 1 for ep in ref.episodes), "needs context resets"
     ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 900, share=4)
     runner = PathRunner(LocalPool(ex), CriticValues(model, head), ticks=2)
-    res = PATH_CONTROLLERS.get("focus")(ctx(), tasks, runner)
+    res = CONTROLLERS.get("focus").run_paths(ctx(), tasks, runner)
     _same(ref, res)
     assert [ep.window_starts for ep in res.episodes] == [ep.window_starts for ep in ref.episodes]
 
@@ -255,7 +255,7 @@ def test_scheduler_linear_honours_the_run_budget(micro_policy):
         runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=3)
         ctx = _ctx(micro_policy, algo, batch_size=4, seed=seed, budget=budget, group_size=2)
         ctx.carry = carry
-        return PATH_CONTROLLERS.get("linear")(ctx, tasks, runner)
+        return CONTROLLERS.get("linear").run_paths(ctx, tasks, runner)
 
     full = step(0, {}, 0)
     assert len(full.episodes) == 12
@@ -277,10 +277,10 @@ def test_scheduler_linear_draws_more_tasks_when_its_groups_fall_short(micro_poli
         ex = HFPathExecutor(HFEngine(model, fmt.pad_id), fmt, spec, PARAMS, 512, share=4)
         runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=3)
         ctx = _ctx(micro_policy, algo, batch_size=4, seed=3, budget=budget, group_size=2)
-        return PATH_CONTROLLERS.get("linear")(ctx, tasks, runner)
+        return CONTROLLERS.get("linear").run_paths(ctx, tasks, runner)
 
     full = step(0)
-    assert len(full.episodes) == 4 and full.extras["metrics"]["rollout/drawn_groups"] == 0
+    assert len(full.episodes) == 4 and full.metrics["rollout/drawn_groups"] == 0
     budget = int(full.tokens * 3)
     res = step(budget)
     firsts = {}
@@ -288,6 +288,6 @@ def test_scheduler_linear_draws_more_tasks_when_its_groups_fall_short(micro_poli
         firsts.setdefault(e.group, e.task_id)
     assert len(firsts) > 3 and len(set(firsts.values())) == len(firsts)
     assert [firsts[0], firsts[1]] == [t.task_id for t in tasks]
-    assert res.extras["metrics"]["rollout/drawn_groups"] == len(firsts) - 2
+    assert res.metrics["rollout/drawn_groups"] == len(firsts) - 2
     assert abs(res.tokens - budget) <= 1.5 * full.tokens / 2
 

@@ -150,20 +150,20 @@ def test_every_controller_credits_the_shaped_reward(micro_policy, reward_file, m
     paths and its trees' leaves: each carries env (add) + weight x fn."""
     model, _, _, spec = micro_policy
     tasks = spec.tasks("train", 2)
-    lin = CONTROLLERS.get("linear")(_ctx(micro_policy, _algo("grpo", reward_file, mode)), tasks)
+    lin = CONTROLLERS.get("linear").run(_ctx(micro_policy, _algo("grpo", reward_file, mode)), tasks)
     assert lin.episodes and all(e.reward == pytest.approx(_expected(e, mode)) for e in lin.episodes)
 
-    vine = CONTROLLERS.get("vine")(_ctx(micro_policy, _algo("vineppo", reward_file, mode,
+    vine = CONTROLLERS.get("vine").run(_ctx(micro_policy, _algo("vineppo", reward_file, mode,
                                                              vine_k=2)), tasks)
-    conts = vine.extras["continuations"]
+    conts = vine.continuations
     assert conts and all(e.reward == pytest.approx(_expected(e, mode)) for e in conts + vine.episodes)
-    values = [v for row in vine.extras["segment_values"] for v in row if not math.isnan(v)]
+    values = [v for row in vine.segment_values for v in row if not math.isnan(v)]
     assert values and all(v > 0.5 for v in values)    # means of shaped rewards (>= 0.05 x tokens)
 
     algo = _algo("focus", reward_file, mode, focus_roots=1)
-    foc = CONTROLLERS.get("focus")(_ctx(micro_policy, algo, random_value_head(model), 4), tasks)
+    foc = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, random_value_head(model), 4), tasks)
     assert all(e.reward == pytest.approx(_expected(e, mode)) for e in foc.episodes)
-    leaves = sorted(t.reward[nodes[-1]] for t in foc.extras["focus_trees"]
+    leaves = sorted(t.reward[nodes[-1]] for t in foc.tree_arrays
                     for nodes in t.paths.values())
     assert leaves == pytest.approx(sorted(e.reward for e in foc.episodes))
     assert len(set(leaves)) > 1

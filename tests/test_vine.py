@@ -54,7 +54,7 @@ def _run(micro_policy, K=2, budget=0, batch_size=16, seed=0):
                          SamplingParams(max_new_tokens=6), 2, 512, batch_size, budget,
                          torch.Generator().manual_seed(seed), AlgoConfig(vine_k=K))
     tasks = spec.tasks("train", 2)
-    return CONTROLLERS.get("vine")(ctx, tasks), tasks
+    return CONTROLLERS.get("vine").run(ctx, tasks), tasks
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def vine_run(micro_policy):
 
 def test_continuations_resume_from_the_snapshot_state(vine_run):
     res, tasks, restores = vine_run
-    conts = res.extras["continuations"]
+    conts = res.continuations
     assert len(conts) == len(restores) > 0
     for cont, history in zip(conts, restores):
         src = res.episodes[cont.meta["source"]]
@@ -83,12 +83,12 @@ def test_continuations_resume_from_the_snapshot_state(vine_run):
 
 def test_values_are_means_of_continuation_rewards(vine_run):
     res, tasks, _ = vine_run
-    conts = res.extras["continuations"]
+    conts = res.continuations
     rewards: dict[int, list[float]] = {}
     for c in conts:
         rewards.setdefault(c.meta["vine_state"], []).append(c.reward)
     assert len({r for rs in rewards.values() for r in rs}) > 1, "rewards should vary"
-    values, counts = res.extras["segment_values"], res.extras["segment_counts"]
+    values, counts = res.segment_values, res.segment_counts
     n_states = len(rewards)
     # s_0 is shared by a group; every later boundary is its own state
     assert n_states == len(tasks) + sum(ep.num_turns - 1 for ep in res.episodes)
@@ -110,10 +110,10 @@ def test_values_are_means_of_continuation_rewards(vine_run):
 def test_vine_values_feed_the_estimator(vine_run):
     res, _, _ = vine_run
     model_free = collate(res.episodes, pad_id=0)
-    model_free.extras.update(res.extras)
+    model_free.segment_values = res.segment_values
     credit = ESTIMATORS.get("vine")(model_free, AlgoConfig())
     ep, b = res.episodes[0], 0
-    v = res.extras["segment_values"][0]
+    v = res.segment_values[0]
     for k, turn in enumerate(ep.turns):
         target = ep.reward if k == ep.num_turns - 1 else v[k + 1]
         assert torch.allclose(credit.advantages[b, turn.start:turn.end],
@@ -125,8 +125,8 @@ def test_budget_caps_continuations_round_robin(micro_policy, vine_run):
     main = sum(e.generated_tokens for e in full.episodes)
     budget = main + full.extra_tokens // 3
     res, _ = _run(micro_policy, K=2, budget=budget, batch_size=3)
-    conts = res.extras["continuations"]
-    assert 0 < len(conts) < len(full.extras["continuations"])
+    conts = res.continuations
+    assert 0 < len(conts) < len(full.continuations)
     # the plan never prices the step above the budget (each continuation at its source's cost)
     cost = 0
     for c in conts:
@@ -134,9 +134,9 @@ def test_budget_caps_continuations_round_robin(micro_policy, vine_run):
         cost += sum(t.end - t.start for t in src.turns[c.meta["boundary"]:])
     assert sum(e.generated_tokens for e in res.episodes) + cost <= budget
     # round-robin: no state has a second continuation while another has none
-    counts = [n for row in res.extras["segment_counts"] for n in row]
+    counts = [n for row in res.segment_counts for n in row]
     assert max(counts) - min(counts) <= 1
-    assert any(math.isnan(v) for row in res.extras["segment_values"] for v in row) == (min(counts) == 0)
+    assert any(math.isnan(v) for row in res.segment_values for v in row) == (min(counts) == 0)
 
 
 def test_on_state_hook_sees_every_boundary_and_changes_nothing(micro_policy):
@@ -165,13 +165,13 @@ def test_budget_is_reserved_for_values(micro_policy, vine_run):
     res, _ = _run(micro_policy, K=2, budget=main, batch_size=2)
     groups = {e.group for e in res.episodes}
     assert len(groups) < len(tasks)
-    assert res.extras["vine"]["continuations"] > 0
+    assert res.counters["vine/continuations"] > 0
     # the wave that stopped the main episodes projected at least the budget
     assert projected_cost(res.episodes, _states(res.episodes), 2) >= main
     # also when one wave could hold every group of the step (the first wave is one group)
     big, _ = _run(micro_policy, K=2, budget=main, batch_size=64)
     assert len({e.group for e in big.episodes}) < len(tasks)
-    assert big.extras["vine"]["continuations"] > 0
+    assert big.counters["vine/continuations"] > 0
 
 
 def test_projected_cost_counts_shared_root_once():

@@ -20,7 +20,7 @@ from agentrl_cli.engines import vllm as vllm_mod
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.models.sequences import token_logprobs
 from agentrl_cli.rollout.pools import LocalPool
-from agentrl_cli.rollout.scheduler import PATH_CONTROLLERS, PathRunner
+from agentrl_cli.rollout.scheduler import PathRunner
 from agentrl_cli.rollout.values import CriticValues
 from agentrl_cli.rollout.controllers import RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
@@ -146,11 +146,11 @@ def test_vllm_path_executor_runs_focus_on_the_virtual_clock(micro_policy):
         runner = PathRunner(LocalPool(ex), CriticValues(model, None), ticks=ticks)
         ctx = RolloutContext(None, fmt, spec, params, 3, 512, 2, 0, torch.Generator().manual_seed(1),
                              algo=algo)
-        results.append(PATH_CONTROLLERS.get("focus")(ctx, tasks, runner))
+        results.append(CONTROLLERS.get("focus").run_paths(ctx, tasks, runner))
     a, b = results
-    assert a.extras["metrics"]["focus/continuations"] > 0 and len(a.episodes) == 6
+    assert a.metrics["focus/continuations"] > 0 and len(a.episodes) == 6
     assert [e.token_ids for e in a.episodes] == [e.token_ids for e in b.episodes]
-    assert [t.to_json()["paths"] for t in a.extras["trees"]] == [t.to_json()["paths"] for t in b.extras["trees"]]
+    assert [t.to_json()["paths"] for t in a.trees] == [t.to_json()["paths"] for t in b.trees]
     for ep in a.episodes:  # token in, token out: the engine's log-probs are the trainer's
         trainer, engine = _trainer_logprobs(model, ep)
         assert len(engine) == ep.generated_tokens > 0

@@ -94,13 +94,25 @@ def vine_segment_advantages(values: torch.Tensor, num_segments: torch.Tensor, re
     return torch.where(ok, adv, torch.zeros_like(adv))
 
 
+@dataclass
+class TraceReference:
+    """TRACE's reference-model confidence in the gold answer at every tool-call boundary (the
+    "trace" preparer, `train/prepare/trace_reference.py`)."""
+
+    mean_logprobs: torch.Tensor   # [B, M] float: l_k of episode b at boundary k (0 beyond T_b)
+    num_turns: torch.Tensor       # [B] long: boundaries of episode b (its turns, T_b + 1)
+
+    def to(self, device) -> "TraceReference":
+        return TraceReference(self.mean_logprobs.to(device), self.num_turns.to(device))
+
+
 @ESTIMATORS.register("vine", reads=("algo.gamma", "algo.whiten"))
 def _vine(batch, algo) -> Credit:
     """VinePPO (docs/methods.md): segment TD residuals of the vine controller's Monte-Carlo values
-    (`batch.extras["segment_values"]`, one list per episode) on each segment's policy tokens."""
-    if "segment_values" not in batch.extras:
+    (`batch.segment_values`, one list per episode) on each segment's policy tokens."""
+    if batch.segment_values is None:
         raise ValueError("estimator 'vine' needs segment values from the 'vine' controller")
-    values = segment_values_tensor(batch.extras["segment_values"])
+    values = segment_values_tensor(batch.segment_values)
     valid = (batch.segment_index >= 0) & (batch.response_mask > 0)
     num_segments = torch.where(valid, batch.segment_index, -1).max(1).values + 1
     seg_adv = vine_segment_advantages(values, num_segments, batch.rewards, algo.gamma)
@@ -128,16 +140,15 @@ def _mpo(batch, algo) -> Credit:
 def _trace(batch, algo) -> Credit:
     """TRACE (docs/methods.md): GRPO outcome advantage plus reference-model turn credit.
 
-    Needs `batch.extras["trace_mean_logprobs"]` [B, M] and `["trace_num_turns"]` [B] from the
-    "trace" preparer (`train/prepare/trace_reference.py`). The last turn of every episode gets the outcome
+    Needs `batch.trace_reference` (`TraceReference`) from the "trace" preparer (`train/prepare/trace_reference.py`). The last turn of every episode gets the outcome
     term only: it is the final answer, or (for an episode cut by a limit) a turn whose
     observation never entered the context, so its information gain cannot be measured.
     """
-    if "trace_mean_logprobs" not in batch.extras:
+    if batch.trace_reference is None:
         raise ValueError("estimator 'trace' needs the 'trace' preparer's reference log-probs")
     out = batched.grpo_episode_advantages(batch.rewards, batch.group_index, std=algo.std_normalize)
     adv = batched.trace_token_advantages(
-        batch.extras["trace_mean_logprobs"], batch.extras["trace_num_turns"], out,
+        batch.trace_reference.mean_logprobs, batch.trace_reference.num_turns, out,
         batch.turn_index, batch.response_mask, final_turn_is_answer=True, eps=algo.trace_eps,
         K=algo.trace_k, gamma_td=algo.gamma_td, lambda_term=algo.lambda_term,
         alpha_out=algo.alpha_out, alpha_turn=algo.alpha_turn)

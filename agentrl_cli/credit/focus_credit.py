@@ -1,7 +1,7 @@
 """FOCUS credit, in one place (docs/methods.md, focus): everything computed from a step's search
 trees once the rollout is done, and every `algo.focus_*` key that credit reads.
 
-The rollout hands over plain arrays (`FocusTree`, in `batch.extras["focus_trees"]`, one per
+The rollout hands over plain arrays (`FocusTree`, in `batch.tree_arrays`, one per
 task tree; the Tree's own evidence bookkeeping, which the allocator needs while the step runs,
 stays in `rollout.tree`). From them, per tree:
 - the prior of Eq. 1 (`algo.focus_prior`): each node's critic value V(s) (0.5 where never
@@ -313,9 +313,9 @@ def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
                                         "algo.whiten"))
 def focus_credit(batch, algo) -> Credit:
     """FOCUS credit of a step's batch from its trees (module docstring)."""
-    if "focus_trees" not in batch.extras:
+    if batch.tree_arrays is None:
         raise ValueError("estimator 'focus' needs search trees from the 'focus' controller")
-    trees = batch.extras["focus_trees"]
+    trees = batch.tree_arrays
     values, targets, refined, backed = path_credit(trees, algo, batch.size)
     rewards = batch.rewards.tolist()
     if algo.focus_return == "subtree":

@@ -545,9 +545,9 @@ def _announcer(report: EnvReport, progress: Callable[[str], None] | None) -> Cal
 
 
 def require_fork(section, what: str) -> None:
-    """A user env that a forking controller (`methods.FORKING_CONTROLLERS`: FOCUS, VinePPO)
-    would snapshot and restore must pass the fork check: else a one-line `ConfigError`, before
-    any model loads. Built-in envs pass it in the package's tests and are not re-checked."""
+    """A user env that a forking controller (a `rollout.controllers.Controller` with `forks`:
+    FOCUS, VinePPO) would snapshot and restore must pass the fork check: else a one-line
+    `ConfigError`, before any model loads. Built-in envs pass it in the package's tests and are not re-checked."""
     from .base import ENVS, make_env_spec
 
     if not ENVS.is_user(section.name):

@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 from ..config import AlgoConfig
+from ..credit.focus_credit import FocusTree
 from ..engines.base import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
@@ -37,6 +38,7 @@ from ..registry import Registry
 from ..types import Episode
 from .rewards import apply_rewards, load_rewards
 from .runner import run_episodes
+from .tree import Tree
 
 
 @dataclass
@@ -57,18 +59,73 @@ class RolloutContext:
     carry: dict = field(default_factory=dict)
 
 
+def rollout_context(rt, generator: torch.Generator | None, budget: int = 0,
+                    group_size: int | None = None, critic=None, carry: dict | None = None
+                    ) -> RolloutContext:
+    """The one way a `RolloutContext` is built: from a runtime (anything with `cfg`, `engine`,
+    `fmt`, `spec` and `params`, e.g. `rollout.runtime.Runtime`), its config's group size (or
+    `group_size`), generation limits and `algo`, and the step's budget, generator, critic and
+    carry."""
+    r = rt.cfg.rollout
+    return RolloutContext(rt.engine, rt.fmt, rt.spec, rt.params,
+                          r.group_size if group_size is None else group_size, r.max_tokens,
+                          r.batch_size, budget, generator, algo=rt.cfg.algo, critic=critic,
+                          carry={} if carry is None else carry)
+
+
+@dataclass
+class StepTiming:
+    """Where a tree step's wall time went (benchmarks read it; not logged)."""
+
+    wall_seconds: float
+    bookkeeping_seconds: float    # the planner's own work: gains, allocation, tree updates
+
+
 @dataclass
 class RolloutResult:
+    """A step's rollout, as credit and the trainer read it: every field named and typed."""
+
     episodes: list[Episode]               # trainable episodes
     extra_tokens: int = 0                 # generated tokens spent on value estimation only
-    extras: dict = field(default_factory=dict)  # controller-specific (trees, segment values)
+    metrics: dict[str, float] = field(default_factory=dict)  # logged in the step's row
+    # tree controllers: the step's search trees (`rollout.tree.Tree`, for traces and `agentrl
+    # rollout`) and the same trees as plain arrays (`credit.focus_credit.FocusTree`), which
+    # credit reads (`Batch.tree_arrays`)
+    trees: list[Tree] = field(default_factory=list)
+    tree_arrays: list[FocusTree] | None = None
+    # value controllers (VinePPO): per episode, the Monte-Carlo value of each segment's start
+    # state (NaN: no continuation reached it), how many continuations each value averages, and
+    # the continuations themselves (generated for values only, never trained on)
+    segment_values: list[list[float]] | None = None
+    segment_counts: list[list[int]] | None = None
+    continuations: list[Episode] = field(default_factory=list)
+    # counters a controller reports beside its metrics, not logged (DAPO's refill rounds,
+    # VinePPO's states): tests and benchmarks read them
+    counters: dict[str, int] = field(default_factory=dict)
+    timing: StepTiming | None = None      # tree controllers: the step's wall and bookkeeping time
 
     @property
     def tokens(self) -> int:
         return sum(e.generated_tokens for e in self.episodes) + self.extra_tokens
 
 
-CONTROLLERS: Registry[Callable[[RolloutContext, list[Task]], RolloutResult]] = Registry("controller")
+@dataclass(frozen=True)
+class Controller:
+    """A rollout controller and what it can do; registered once, by name, in `CONTROLLERS`
+    (the package's `__init__`), and read by every driver: the trainer's in-process rollouts
+    and the path scheduler (`rollout.rollouts`), the preflight checks, `agentrl rollout`."""
+
+    run: Callable[[RolloutContext, list[Task]], RolloutResult]   # in process, on one engine
+    # on the path scheduler (`rollout.scheduler`: Ray workers, turn-level engines); None: in
+    # process only
+    # (called with the context, the tasks and a `scheduler.PathRunner`)
+    run_paths: Callable[..., RolloutResult] | None = None
+    forks: bool = False           # restores env snapshots into fresh envs (a user env must pass
+                                  # check-env's fork check first)
+    trees: bool = False           # its step is a set of search trees (`RolloutResult.trees`)
+
+
+CONTROLLERS: Registry[Controller] = Registry("controller")
 
 
 # ----------------------------------------------------------------------------- DAPO knobs
@@ -149,28 +206,39 @@ def run_groups(ctx: RolloutContext, tasks: list[Task], first_group: int = 0,
     goes to `run_episodes` (e.g. `on_state`).
     """
     G = ctx.group_size
+
+    def launch(wave: list[Task], g: int) -> list[Episode]:
+        pairs = [(t, first_group + g + i) for i, t in enumerate(wave) for _ in range(G)]
+        return run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
+                            ctx.batch_size, ctx.generator, **kw)
+
     if ctx.budget_tokens <= 0:
-        pairs = [(t, first_group + g) for g, t in enumerate(tasks) for _ in range(G)]
-        eps = run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
-                           ctx.batch_size, ctx.generator, **kw)
-        shape_rewards(eps, ctx)
-        return eps
-    limit = ctx.budget_tokens if limit is None else limit
-    tasks = list(tasks)
+        eps = launch(list(tasks), 0)
+    else:
+        limit = ctx.budget_tokens if limit is None else limit
+        eps = budget_waves(ctx, list(tasks), launch, limit - spent, extend)
+    shape_rewards(eps, ctx)
+    return eps
+
+
+def budget_waves(ctx: RolloutContext, tasks: list[Task],
+                 launch: Callable[[list[Task], int], list[Episode]], limit: float,
+                 extend: bool) -> list[Episode]:
+    """The linear wave loop under a token budget, for every driver: `launch(wave, g)` runs the
+    groups of `wave` (numbered from `g` within the step) and returns their episodes; waves go
+    while what they generated stays under `limit`, each as many groups as the rest affords
+    (`budget_wave`). With `extend`, `tasks` (a list the loop extends in place) grows by fresh
+    training tasks once its own are spent. Remembers the step's cost of a group."""
     used = {t.task_id for t in tasks}
     eps: list[Episode] = []
     g = 0
     while True:
-        n = budget_wave(ctx, eps, limit - spent - sum(e.generated_tokens for e in eps),
-                        tasks, g, used, extend)
+        n = budget_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps), tasks, g, used, extend)
         if n <= 0:
             break
-        pairs = [(t, first_group + g + i) for i, t in enumerate(tasks[g:g + n]) for _ in range(G)]
-        eps += run_episodes(ctx.engine, ctx.fmt, ctx.spec, pairs, ctx.params, ctx.max_tokens,
-                            ctx.batch_size, ctx.generator, **kw)
+        eps += launch(tasks[g:g + n], g)
         g += n
     remember_group_cost(ctx, eps)
-    shape_rewards(eps, ctx)
     return eps
 
 
@@ -279,13 +347,14 @@ def dynamic_sampling(ctx: RolloutContext, tasks: list[Task], first: list[Episode
             e.group = g
             episodes.append(e)
     trained = sum(e.generated_tokens for e in episodes)
-    stats = {"dynamic/rounds": rounds, "dynamic/kept_groups": len(kept)}
-    return RolloutResult(episodes, extra_tokens=spent - trained, extras={"dynamic_sampling": stats})
+    return RolloutResult(episodes, extra_tokens=spent - trained,
+                         counters={"dynamic/rounds": rounds, "dynamic/kept_groups": len(kept)})
 
 
-@CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.dynamic_rounds",
-                                         "algo.overlong_shaping", "algo.overlong_cache",
-                                         "algo.rewards", "algo.reward_mode"))
+LINEAR_READS = ("algo.dynamic_sampling", "algo.dynamic_rounds", "algo.overlong_shaping",
+                "algo.overlong_cache", "algo.rewards", "algo.reward_mode")
+
+
 def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
     """G independent episodes per task (GRPO-style groups); DAPO dynamic sampling when
     `algo.dynamic_sampling` is on."""
@@ -295,8 +364,7 @@ def linear(ctx: RolloutContext, tasks: list[Task]) -> RolloutResult:
     if ctx.algo.dynamic_sampling:
         res = dynamic_sampling(ctx, tasks, eps, limit)
     else:
-        res = RolloutResult(eps)
-        res.extras["metrics"] = {"rollout/drawn_groups": max(0, len(_groups(eps)) - len(tasks))}
+        res = RolloutResult(eps, metrics={"rollout/drawn_groups": max(0, len(_groups(eps)) - len(tasks))})
     if ctx.budget_tokens > 0:
         record_spend(ctx, "linear_spend", res.tokens)
     return res

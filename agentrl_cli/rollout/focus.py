@@ -33,17 +33,15 @@ look at the operator.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from ..context.windows import visible_ids
 from ..models.critic import is_separate
-from .controllers import CONTROLLERS, RolloutContext, RolloutResult
+from .controllers import RolloutContext, RolloutResult
 from ..context.episode import LiveEpisode
-from .planner import (PLANNER_READS, FocusPlanner, PlanPath, env_snapshot, path_generator,
-                      seed_base)
+from .planner import FocusPlanner, PlanPath, env_snapshot, path_generator, seed_base, timed_tree_step
 from .token_loop import LoopPath, TokenLoop
 from .tree import Node
 from .values import critic_values, head_values
@@ -163,20 +161,14 @@ class FocusRunner:
         return self.plan.result()
 
 
-@CONTROLLERS.register("focus", reads=PLANNER_READS)
 def focus(ctx: RolloutContext, tasks) -> RolloutResult:
     """FOCUS tree rollouts with gain-based continuation allocation (module docstring)."""
-    t0 = time.perf_counter()
     runner = FocusRunner(ctx, list(tasks))
-    runner.run()
-    res = runner.result()
-    wall = time.perf_counter() - t0
-    m = res.extras["metrics"]
-    m["focus/bookkeeping_share"] = runner.plan.t_book / max(wall, 1e-9)
+    res = timed_tree_step(runner)
+    m = res.metrics
     # how continuations got their prefix: a fork of a row holding it, or a prefill (no row held
     # it any more: its sources were dropped from the batch, or reset their context since)
     loop = runner.loop
     m["focus/fork_starts"], m["focus/prefill_starts"] = loop.forked, loop.refilled
     m["focus/prefill_start_tokens"] = loop.refill_tokens
-    res.extras["focus_timing"] = {"wall_seconds": wall, "bookkeeping_seconds": runner.plan.t_book}
     return res

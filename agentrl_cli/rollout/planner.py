@@ -61,7 +61,8 @@ from ..credit.focus import focus_gain
 from ..envs import plugins
 from ..errors import ConfigError
 from ..types import Episode
-from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, record_spend, shape_rewards,
+from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, StepTiming, record_spend,
+                          shape_rewards,
                           spend_limit)
 from .tree import Node, Tree
 
@@ -199,7 +200,7 @@ def env_snapshot(env) -> Any:
 
 def compact_rows(kv, active: list, parked: list, share: int) -> list:
     """Drop the oldest parked rows (finished paths kept as fork sources) once the KV batch
-    holds more than `2 x max(share, running)` rows; in a batch with holes (`engines.hf.KVBatch`;
+    holds more than `2 x max(share, running)` rows; in a batch with holes (`engines.kv_batch.KVBatch`;
     a ragged batch has none) repack the cache when it is more than 1.25
     times as wide as its longest row (plus 32 columns): a decode forward attends every column,
     holes too, and at 1.5 times (plus 64) a FOCUS rollout's decode attention was 48% real
@@ -387,16 +388,15 @@ class FocusPlanner:
     # -- results ---------------------------------------------------------------------------
 
     def result(self) -> RolloutResult:
-        """The step's episodes (path p is episode p) and extras: `trees` (the `Tree`s, for
-        traces and `agentrl rollout`), `focus_trees` (the same as plain arrays: credit is
-        `credit.focus_credit`'s) and the step's `metrics`."""
+        """The step's episodes (path p is episode p), its trees (the `Tree`s, for traces and
+        `agentrl rollout`, and the same as plain arrays: credit is `credit.focus_credit`'s) and
+        its metrics."""
         eps = [p.ep for p in self.paths]
         metrics = self.metrics(eps)
         if self.ctx.budget_tokens > 0 and self.branching:
             record_spend(self.ctx, "focus_spend", metrics["focus/tokens"])
-        extras = {"trees": self.trees, "focus_trees": [t.arrays() for t in self.trees],
-                  "metrics": metrics}
-        return RolloutResult(eps, extras=extras)
+        return RolloutResult(eps, metrics=metrics, trees=self.trees,
+                             tree_arrays=[t.arrays() for t in self.trees])
 
     def metrics(self, eps: list[Episode]) -> dict:
         inner = [nd for t in self.trees for nd in t.nodes if not nd.terminal]
@@ -420,3 +420,16 @@ class FocusPlanner:
         for d in sorted(depths):   # share of the step's continuations launched at each depth
             out[f"focus/launch_share_depth{d}"] = depths[d] / len(conts)
         return out
+
+
+def timed_tree_step(driver) -> RolloutResult:
+    """Run a FOCUS step's driver (the in-process `focus.FocusRunner` or the path scheduler's
+    `scheduler.PathScheduler`: each has `run()`, `result()` and its `plan`) and time it: the
+    result's `timing` and its `focus/bookkeeping_share` metric."""
+    t0 = time.perf_counter()
+    driver.run()
+    res = driver.result()
+    wall = time.perf_counter() - t0
+    res.metrics["focus/bookkeeping_share"] = driver.plan.t_book / max(wall, 1e-9)
+    res.timing = StepTiming(wall, driver.plan.t_book)
+    return res

@@ -7,7 +7,7 @@ What it composes lives beside it:
 - `rollout.pools`: one executor in this process, or Ray actors (`RolloutWorker`) each with its
   own engine and envs; `make_executor` (an engine's executor);
 - `rollout.scheduler`: the path scheduler (FOCUS over a pool, on a virtual clock) and the path
-  controllers (`PATH_CONTROLLERS`: focus, linear);
+  controllers (a `Controller` with `run_paths`: focus, linear);
 - `rollout.values`: critic values at token positions (`CriticValues`).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from ..envs.base import Task
 from .controllers import CONTROLLERS, RolloutContext, RolloutResult
 from .pools import RAY_TICKS, LocalPool, RayPool, make_executor, open_ray
-from .scheduler import PATH_CONTROLLERS, PathRunner
+from .scheduler import PathRunner
 from .runtime import Runtime
 from .values import CriticValues
 
@@ -44,16 +44,17 @@ def open_rollouts(rt: Runtime, critic, out: Path,
                   log: Callable[[str], None] = print) -> Rollouts:
     """The trainer's rollouts of `rt.cfg`. In process: the registry controller on `rt.engine`
     (`hf`: token level), or, for a turn-level engine (`vllm`) and a controller in
-    `PATH_CONTROLLERS`, the path controller on a local executor of that engine (DAPO dynamic
+    a `run_paths`, the path controller on a local executor of that engine (DAPO dynamic
     sampling, `vine` and evaluation use the engine's lock-step `new_batch`). With
     `rollout.workers > 0`: the path controller on Ray workers (each builds its own runtime).
     `rt.model`/`critic` give FOCUS its critic values."""
     cfg, engine, name = rt.cfg, rt.engine, rt.cfg.algo.controller
     sync = getattr(engine, "load_weights", None) or (lambda m: None)
     release = getattr(engine, "release", None) or (lambda: None)
+    spec = CONTROLLERS.get(name)
     if cfg.rollout.workers == 0 and (getattr(engine, "token_level", True)
-                                     or name not in PATH_CONTROLLERS or cfg.algo.dynamic_sampling):
-        controller = CONTROLLERS.get(name)
+                                     or spec.run_paths is None or cfg.algo.dynamic_sampling):
+        controller = spec.run
 
         def run(ctx, tasks):
             res = controller(ctx, tasks)
@@ -61,7 +62,7 @@ def open_rollouts(rt: Runtime, critic, out: Path,
             return res
 
         return Rollouts(run, sync, info=f"in process, {cfg.rollout.engine} engine")
-    controller = PATH_CONTROLLERS.get(name)   # placement checked first (`train.preflight`)
+    controller = spec.run_paths   # placement checked first (`train.preflight`)
     values = CriticValues(rt.model, critic)
     if cfg.rollout.workers == 0:
         executor = make_executor(engine, rt.fmt, rt.spec, rt.params, cfg.rollout.max_tokens)

@@ -36,7 +36,7 @@ every node event), or from its start when it had reported none. Events already p
 kept, the lost worker's unreported tokens are generated again by the new owner: never lost,
 never double counted (tested with `ray.kill` mid-step).
 
-Controllers here (`PATH_CONTROLLERS`): `focus` (the FOCUS step) and `linear` (GRPO-style
+Controllers here (each a `controllers.Controller`'s `run_paths`): `focus` (the FOCUS step) and `linear` (GRPO-style
 groups: roots only, in waves of whole groups under a token budget like the in-process `linear`;
 per-episode generators `path_generator(base, i)`, so the episodes equal the in-process runner's
 given the same per-episode generators, not its one-generator batches). DAPO dynamic sampling
@@ -46,18 +46,15 @@ from __future__ import annotations
 
 import copy
 import heapq
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..envs.base import Task
 from ..errors import ConfigError
-from ..registry import Registry
 from ..types import Episode
-from .controllers import (RolloutContext, RolloutResult, budget_wave, record_spend,
-                          remember_group_cost, spend_limit)
+from .controllers import RolloutContext, RolloutResult, budget_waves, record_spend, spend_limit
 from .executors import INF, PathEvent, PathJob, Report
-from .planner import PLANNER_READS, FocusPlanner, PlanPath, seed_base
+from .planner import FocusPlanner, PlanPath, seed_base, timed_tree_step
 from .tree import Node
 from .values import CriticValues
 
@@ -257,9 +254,6 @@ class PathScheduler:
 
 # ----------------------------------------------------------------------------- controllers
 
-PathController = Callable[[RolloutContext, list[Task], "PathRunner"], RolloutResult]
-PATH_CONTROLLERS: Registry[PathController] = Registry("distributed controller")
-
 
 @dataclass
 class PathRunner:
@@ -272,61 +266,46 @@ class PathRunner:
     after_report: Callable[[PathScheduler], None] | None = None
 
 
-@PATH_CONTROLLERS.register("focus", reads=PLANNER_READS)
 def focus_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
-    """The FOCUS step (same trees as `controllers.focus` given the same seeds)."""
-    t0 = time.perf_counter()
+    """The FOCUS step (same trees as `rollout.focus.focus` given the same seeds)."""
     sched = PathScheduler(ctx, list(tasks), runner.pool, runner.values, runner.ticks,
                           after_report=runner.after_report)
-    sched.run()
-    res = sched.result()
-    wall = time.perf_counter() - t0
-    res.extras["metrics"]["focus/bookkeeping_share"] = sched.t_book / max(wall, 1e-9)
-    res.extras["metrics"]["rollout/worker_restarts"] = getattr(runner.pool, "replaced", 0)
-    res.extras["focus_timing"] = {"wall_seconds": wall, "bookkeeping_seconds": sched.t_book}
+    res = timed_tree_step(sched)
+    res.metrics["rollout/worker_restarts"] = getattr(runner.pool, "replaced", 0)
     return res
 
 
-@PATH_CONTROLLERS.register("linear", reads=("algo.dynamic_sampling", "algo.overlong_shaping",
-                                              "algo.overlong_cache", "algo.rewards", "algo.reward_mode"))
 def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> RolloutResult:
     """`group_size` episodes per task; episode i (task-major) samples from
-    `path_generator(base, i)`. With a token budget, groups go in waves as in `run_groups`, as many
-    as the step's limit (`controllers.spend_limit`) affords, drawing fresh training tasks
-    (`controllers.fresh_tasks`) once the step's own are spent and the limit still affords a
+    `path_generator(base, i)`. With a token budget, groups go in the waves of
+    `controllers.budget_waves`, as many as the step's limit (`controllers.spend_limit`) affords,
+    drawing fresh training tasks once the step's own are spent and the limit still affords a
     group."""
     if ctx.algo.dynamic_sampling:
         raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
     base = seed_base(ctx.generator)
-    budget = ctx.budget_tokens > 0
-    limit = spend_limit(ctx, "linear_spend") if budget else 0.0
     tasks = list(tasks)
     asked = len(tasks)
-    used = {t.task_id for t in tasks}
-    eps: list[Episode] = []
-    start = 0
-    while start < len(tasks) or budget:
-        n = len(tasks) - start
-        if budget:          # as many groups as the rest affords, as `controllers.run_groups`
-            n = budget_wave(ctx, eps, limit - sum(e.generated_tokens for e in eps), tasks,
-                            start, used, extend=True)
-            if n <= 0:
-                break
-        sched = PathScheduler(ctx, list(tasks[start:start + n]), runner.pool, runner.values,
-                              runner.ticks, branching=False, base=base,
-                              seed_offset=start * ctx.group_size, after_report=runner.after_report)
+
+    def launch(wave: list[Task], start: int) -> list[Episode]:
+        sched = PathScheduler(ctx, list(wave), runner.pool, runner.values, runner.ticks,
+                              branching=False, base=base, seed_offset=start * ctx.group_size,
+                              after_report=runner.after_report)
         sched.run()
+        out = []
         for p in sched.paths:
             ep = p.ep
             ep.group += start
             for k in ("focus_tree", "focus_path", "focus_origin"):
                 ep.meta.pop(k, None)
-            eps.append(ep)
-        start += n
-    if budget and eps:
-        remember_group_cost(ctx, eps)
-        record_spend(ctx, "linear_spend", sum(e.generated_tokens for e in eps))
-    res = RolloutResult(eps)
-    res.extras["metrics"] = {"rollout/worker_restarts": getattr(runner.pool, "replaced", 0),
-                             "rollout/drawn_groups": len(tasks) - asked}
-    return res
+            out.append(ep)
+        return out
+
+    if ctx.budget_tokens > 0:
+        eps = budget_waves(ctx, tasks, launch, spend_limit(ctx, "linear_spend"), extend=True)
+        if eps:
+            record_spend(ctx, "linear_spend", sum(e.generated_tokens for e in eps))
+    else:
+        eps = launch(tasks, 0)
+    return RolloutResult(eps, metrics={"rollout/worker_restarts": getattr(runner.pool, "replaced", 0),
+                                       "rollout/drawn_groups": len(tasks) - asked})

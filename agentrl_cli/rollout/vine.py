@@ -10,7 +10,7 @@
    part, prompt + current window). `V(s_k)` = the mean reward of its continuations.
    `s_0` (the task prompt) is the same state for every episode of a group, so its continuations
    are run once per group and shared.
-3. `extras["segment_values"][b]` = [V(s_0), ..., V(s_{K_b-1})] of episode b (NaN for a state that
+3. `RolloutResult.segment_values[b]` = [V(s_0), ..., V(s_{K_b-1})] of episode b (NaN for a state that
    got no continuation); the "vine" estimator turns them into segment advantages.
 
 Continuations are only used for values, never trained on; their generated tokens are counted in
@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from ..types import Episode
-from .controllers import CONTROLLERS, RolloutContext, RolloutResult, run_groups, shape_rewards
+from .controllers import RolloutContext, RolloutResult, run_groups, shape_rewards
 from ..context.windows import resume_from_visible, visible_ids
 from ..context.episode import LiveEpisode, new_episode
 from .runner import drive_batch
@@ -127,8 +127,10 @@ def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]
     return eps
 
 
-@CONTROLLERS.register("vine", reads=("algo.vine_k", "algo.overlong_shaping", "algo.overlong_cache",
-                                     "algo.rewards", "algo.reward_mode"))
+VINE_READS = ("algo.vine_k", "algo.overlong_shaping", "algo.overlong_cache", "algo.rewards",
+              "algo.reward_mode")
+
+
 def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     """G episodes per task plus `algo.vine_k` value continuations from every boundary state."""
     snaps: dict[int, list[tuple[int, object]]] = {}
@@ -163,10 +165,8 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
             rewards[s].append(ep.reward)
         conts += done
     values = [sum(r) / len(r) if r else math.nan for r in rewards]
-    extras = {
-        "segment_values": [[values[s] for s in row] for row in index],
-        "segment_counts": [[len(rewards[s]) for s in row] for row in index],
-        "continuations": conts,
-        "vine": {"states": len(states), "continuations": len(conts)},
-    }
-    return RolloutResult(eps, extra_tokens=sum(c.generated_tokens for c in conts), extras=extras)
+    return RolloutResult(eps, extra_tokens=sum(c.generated_tokens for c in conts),
+                         segment_values=[[values[s] for s in row] for row in index],
+                         segment_counts=[[len(rewards[s]) for s in row] for row in index],
+                         continuations=conts,
+                         counters={"vine/states": len(states), "vine/continuations": len(conts)})

@@ -6,11 +6,12 @@ Position 0 is always a prompt token, so nothing is lost by the shift.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import torch
 
 from ..context.windows import window_index
+from ..credit.estimators import TraceReference
 from ..models.critic import critic_hidden, is_separate
 from ..models.sequences import (can_pack, hidden_states, logprobs_from_hidden, pack_rows,
                                 packed_hidden_states, pad_episodes, pad_field, tree_hidden_states,
@@ -35,7 +36,10 @@ class Batch:
     advantages: torch.Tensor | None = None    # [B, L] frozen for the update
     returns: torch.Tensor | None = None       # [B, L] critic targets (masked by value_mask)
     value_mask: torch.Tensor | None = None    # [B, L] where the critic is regressed
-    extras: dict = field(default_factory=dict)  # estimator-specific inputs (segment values, ...)
+    # what an estimator reads beside the tokens, from the rollout or a preparer (None: not made)
+    tree_arrays: list | None = None           # FOCUS: one `credit.focus_credit.FocusTree` per tree
+    segment_values: list[list[float]] | None = None  # VinePPO: per episode, V(s_k) per segment (NaN: none)
+    trace_reference: TraceReference | None = None    # TRACE: the reference's gold-answer log-probs
     window_index: torch.Tensor | None = None  # [B, L] long context window of each token (-1 on
                                   # the prompt), None when no episode's context was reset
 
@@ -44,10 +48,10 @@ class Batch:
         return self.input_ids.shape[0]
 
     def to(self, device: torch.device | str) -> "Batch":
-        """The same batch with every tensor (extras' too) on `device` (no copy where already)."""
-        move = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v
-        kw = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
-        return Batch(**kw, extras={k: move(v) for k, v in self.extras.items()})
+        """The same batch with every tensor (the TRACE reference's too) on `device` (no copy
+        where already)."""
+        move = lambda v: v.to(device) if isinstance(v, (torch.Tensor, TraceReference)) else v
+        return Batch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
     def select(self, rows: list[int]) -> "Batch":
         idx = torch.tensor(rows, dtype=torch.long)

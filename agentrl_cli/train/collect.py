@@ -1,6 +1,6 @@
 """What `agentrl rollout` collects (`collect_rollout`, the command's library function): plain
 episodes of the model or of the env's scripted expert (`rollout.collect.collect`), or, for a
-method whose controller grows search trees (`methods.TREE_CONTROLLERS`), its trees
+method whose controller grows search trees (`controllers.Controller.trees`), its trees
 (`collect_trees`), grown from the critic `agentrl train` would start from (a checkpoint's own
 critic, else the recipe's initial critic): choosing that critic is the trainer's business, so
 this lives in `train/`. The JSONL file is written atomically (`write_rollout`)."""
@@ -16,7 +16,7 @@ import torch
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..models.critic import critic_from_checkpoint
-from ..rollout.controllers import CONTROLLERS, RolloutContext
+from ..rollout.controllers import CONTROLLERS, rollout_context
 from ..rollout.matched_budget import matched_budget
 from ..rollout.runtime import build_runtime
 from . import checkpoint
@@ -52,12 +52,10 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int |
         log(f"budget: {budget} tokens ({len(tasks)} tasks x {group_size} x "
             f"{budget / max(1, len(tasks) * group_size):.1f} tokens per linear episode: a GRPO "
             "step on these tasks)")
-    ctx = RolloutContext(rt.engine, rt.fmt, rt.spec, rt.params, group_size, cfg.rollout.max_tokens,
-                         cfg.rollout.batch_size, budget,
-                         torch.Generator().manual_seed(cfg.seed), algo=cfg.algo,
-                         critic=critic)
-    result = CONTROLLERS.get(cfg.algo.controller)(ctx, tasks)
-    return result.episodes, result.extras["trees"], budget
+    ctx = rollout_context(rt, torch.Generator().manual_seed(cfg.seed), budget=budget,
+                          group_size=group_size, critic=critic)
+    result = CONTROLLERS.get(cfg.algo.controller).run(ctx, tasks)
+    return result.episodes, result.trees, budget
 
 
 @dataclass
@@ -117,8 +115,8 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
     _build_model(cfg, req.policy, req.split)
     # trees only when asked for by name: the default recipe (focus) must not turn a plain
     # `agentrl rollout` into tree search
-    from ..methods import TREE_CONTROLLERS
-    trees = req.policy == "model" and req.method is not None and cfg.algo.controller in TREE_CONTROLLERS
+    trees = (req.policy == "model" and req.method is not None
+             and CONTROLLERS.get(cfg.algo.controller).trees)
     if req.policy == "model":             # prompts within max_tokens, rows x context in memory
         rows = 2 * cfg.rollout.batch_size if trees else min(req.n, cfg.rollout.batch_size)
         check_rollout_memory(cfg, rows, req.split, req.n if trees else -(-req.n // (req.group_size or 1)))

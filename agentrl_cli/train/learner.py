@@ -123,7 +123,7 @@ def packs(learner: Learner, cfg: RunConfig) -> bool | str:
 
 
 # estimators that never read the critic's per-token values (`batch.old_values`): FOCUS reads
-# its critic inside the trees (`batch.extras`), so its scoring pass has no values to compute
+# its critic inside the trees (`batch.tree_arrays`), so its scoring pass has no values to compute
 VALUE_FREE_ESTIMATORS = ("focus",)
 
 

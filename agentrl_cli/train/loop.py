@@ -26,12 +26,11 @@ from ..engines import check_engine
 from ..envs.checker import require_determinism, require_fork
 from ..errors import ConfigError, StopTraining
 from ..evaluation.runner import evaluate
-from ..methods import FORKING_CONTROLLERS
 from ..models.critic import critic_config
 from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
 from ..reporting.plots import env_label, learning_curve
-from ..rollout.controllers import RolloutContext
+from ..rollout.controllers import CONTROLLERS, rollout_context
 from ..rollout.matched_budget import matched_budget
 from ..rollout.rewards import reward_metrics
 from ..rollout.rollouts import Rollouts, open_rollouts
@@ -110,7 +109,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
     # prompts and rows in flight fit, before any work (a `tiny` not built yet: once it is)
     unchecked = not resume and not check_run_memory(cfg)
-    if cfg.algo.controller in FORKING_CONTROLLERS:   # a user env that cannot fork: before loading
+    if CONTROLLERS.get(cfg.algo.controller).forks:   # a user env that cannot fork: before loading
         require_fork(cfg.env, f"method {cfg.method}")
     require_determinism(cfg.env, log)     # a user env: same seed, same actions -> same results
     comm = from_env(cfg)                  # torchrun: data-parallel ranks (train/distributed.py)
@@ -310,17 +309,15 @@ def run_step(run: Run, step: int) -> dict:
     t0 = time.time()
     release_freed_memory()                # what the last update and check left in the heap
     # 1. rollout
-    ctx = RolloutContext(rt.engine, fmt, rt.spec, rt.params, cfg.rollout.group_size,
-                         cfg.rollout.max_tokens, cfg.rollout.batch_size,
-                         -(-run.budget // comm.world),
-                         torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
-                         algo=cfg.algo, critic=learner.critic, carry=run.rollout_carry)
+    ctx = rollout_context(rt, torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1000 * comm.rank)),
+                          budget=-(-run.budget // comm.world), critic=learner.critic,
+                          carry=run.rollout_carry)
     result = run.rollouts.run(ctx, comm.share(run.sampler.for_step(step)))
     eps = result.episodes
     t_roll = time.time() - t0
     # 2. credit
     batch = collate(eps, fmt.pad_id)
-    batch.extras.update(result.extras)
+    batch.tree_arrays, batch.segment_values = result.tree_arrays, result.segment_values
     score(learner, batch, cfg, deferred=True)   # what the update cannot take from its own pass
     if cfg.algo.estimator in PREPARERS:
         PREPARERS.get(cfg.algo.estimator)(learner, batch, eps, fmt, cfg)
@@ -329,7 +326,7 @@ def run_step(run: Run, step: int) -> dict:
     if comm.is_main and trace_due(step, cfg.train.trace_every, cfg.train.steps):   # agentrl view
         if run.folder is not None:
             run.folder.claim(files=[f"traces/step-{step:06d}.json"])
-        write_trace(run.out, step, eps, batch, result.extras.get("trees"), fmt, cfg.method,
+        write_trace(run.out, step, eps, batch, result.trees or None, fmt, cfg.method,
                     algo=cfg.algo)
     # 3. update
     stats = update(learner, batch, cfg, step)
@@ -353,7 +350,7 @@ def run_step(run: Run, step: int) -> dict:
         "time/step": time.time() - t0,
         "tokens/s": result.tokens / max(t_roll, 1e-9),
         **stats,
-        **result.extras.get("metrics", {}),
+        **result.metrics,
         **credit.metrics,
         **reward_metrics(eps),
     }

@@ -19,16 +19,14 @@ from ..errors import ConfigError
 
 def check_names(cfg: RunConfig) -> RunConfig:
     """Unknown env / engine / estimator / loss / controller / FOCUS allocator / context
-    operator -> one `RegistryError` line listing the valid ones; an unknown FOCUS gain, a
-    reward function that does not load, a controller that cannot run where
-    `rollout.workers` puts it, or a LoRA value that can only be a mistake -> one
-    `ConfigError` line. Returns `cfg`."""
+    operator -> one `RegistryError` line listing the valid ones; a reward function that does
+    not load, or a controller that cannot run where `rollout.workers` puts it -> one
+    `ConfigError` line. Returns `cfg`. (Checks of values alone, e.g. `algo.focus_gain` or
+    the LoRA options, are config's: `config.validation`, run on every config built.)"""
     from ..context import OPERATORS
     from ..credit.estimators import ESTIMATORS
-    from ..credit.focus import GAIN_KINDS
     from ..engines import ENGINES
     from ..envs import ENVS
-    from ..models.lora import check_options as check_lora
     from ..rollout.controllers import CONTROLLERS
     from ..rollout.planner import ALLOCATORS
     from .policy_losses import POLICY_LOSSES
@@ -40,29 +38,26 @@ def check_names(cfg: RunConfig) -> RunConfig:
                       (OPERATORS, cfg.context.operator)):
         if name not in reg:
             reg.get(name)  # raises the one-line RegistryError
-    if a.focus_gain not in GAIN_KINDS:
-        raise ConfigError(f"algo.focus_gain must be one of {', '.join(GAIN_KINDS)}, "
-                          f"got '{a.focus_gain}'")
     if a.rewards:                         # the reward functions import, before any work
         from ..rollout.rewards import load_rewards
 
         load_rewards(a.rewards)
     check_placement(cfg)
-    check_lora(cfg)                       # before a tiny model is built or loaded
     return cfg
 
 
 def check_placement(cfg: RunConfig) -> None:
     """With `rollout.workers > 0` the step runs on the path scheduler (`rollout.rollouts`):
-    its controller must be one of `rollout.scheduler.PATH_CONTROLLERS`, and DAPO's dynamic
-    sampling runs in process only. Else one ConfigError line."""
+    its controller must run there (a `rollout.controllers.Controller` with `run_paths`), and
+    DAPO's dynamic sampling runs in process only. Else one ConfigError line."""
     if cfg.rollout.workers == 0:
         return
-    from ..rollout.scheduler import PATH_CONTROLLERS
+    from ..rollout.controllers import CONTROLLERS
 
-    if cfg.algo.controller not in PATH_CONTROLLERS:
+    if CONTROLLERS.get(cfg.algo.controller).run_paths is None:
+        paths = [n for n in CONTROLLERS.names() if CONTROLLERS.get(n).run_paths is not None]
         raise ConfigError(f"algo.controller '{cfg.algo.controller}' runs in process only: with "
-                          f"rollout.workers > 0 use one of {', '.join(PATH_CONTROLLERS.names())}")
+                          f"rollout.workers > 0 use one of {', '.join(paths)}")
     if cfg.algo.dynamic_sampling:
         raise ConfigError("algo.dynamic_sampling runs in process only (set rollout.workers=0)")
 
@@ -195,11 +190,11 @@ def user_env_needs(cfg: RunConfig, forks: bool = True) -> None:
     episodes (FOCUS, VinePPO; training checks its own method in any case)."""
     from ..envs.base import check_tiny_env
     from ..envs.checker import require_fork
-    from ..methods import FORKING_CONTROLLERS
+    from ..rollout.controllers import CONTROLLERS
 
     if cfg.model.name == "tiny":
         check_tiny_env(cfg.env)
-    if forks and cfg.algo.controller in FORKING_CONTROLLERS:
+    if forks and CONTROLLERS.get(cfg.algo.controller).forks:
         require_fork(cfg.env, f"method {cfg.method}")
 
 

@@ -1,7 +1,7 @@
 """Batch preparers: model-dependent inputs an estimator needs beyond rewards and values.
 
 `PREPARERS` maps an estimator name to `prepare(learner, batch, episodes, fmt, cfg) -> None`,
-which fills `batch.extras` (e.g. TRACE's reference-model log-probs of the gold answer after
+which fills a typed field of the batch (e.g. TRACE's reference-model log-probs of the gold answer after
 every tool-call boundary). Estimators without an entry need nothing extra.
 """
 from __future__ import annotations

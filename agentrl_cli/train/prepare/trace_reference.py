@@ -18,13 +18,14 @@ and run through the reference in micro-batches of at most `train.max_tokens_per_
 padded tokens. (Prefixes of one episode share most of their tokens; reusing their KV cache
 would save compute and is left for later.)
 
-Fills `batch.extras["trace_mean_logprobs"]` [B, max T_b + 1] (0 beyond T_b) and
-`batch.extras["trace_num_turns"]` [B] long (= number of turns, T_b + 1).
+Fills `batch.trace_reference` (`credit.estimators.TraceReference`): `mean_logprobs`
+[B, max T_b + 1] (0 beyond T_b) and `num_turns` [B] long (= number of turns, T_b + 1).
 """
 from __future__ import annotations
 
 import torch
 
+from ...credit.estimators import TraceReference
 from ...errors import ConfigError
 from ...context.windows import visible_ids
 from ...models.sequences import hidden_states, logprobs_from_hidden
@@ -88,5 +89,4 @@ def prepare_trace(learner, batch, episodes: list[Episode], fmt, cfg) -> None:
     table = torch.zeros(len(episodes), max(int(num_turns.max()), 1))
     for (b, k, _, _), m in zip(rows, means):
         table[b, k] = m
-    batch.extras["trace_mean_logprobs"] = table
-    batch.extras["trace_num_turns"] = num_turns
+    batch.trace_reference = TraceReference(table, num_turns)
