@@ -51,3 +51,36 @@ def test_far_names_and_valid_sections_are_unchanged():
     with pytest.raises(ConfigError, match=r"^unknown config key 'xyz.a'$"):
         config.load(sets=["xyz.a=1"])
     assert config.load(sets=["train.steps=3"]).train.steps == 3
+
+
+# ------------------------------------------------------------ values, checked by config itself
+@pytest.mark.parametrize("item, needle", [
+    ("algo.focus_gain=baye", "algo.focus_gain must be one of plugin, bayes, got 'baye'"),
+    ("model.lora_rank=-1", "model.lora_rank must be >= 0 (0: no LoRA), got -1"),
+    ("model.lora_dropout=1.0", "model.lora_dropout must be in [0, 1), got 1.0"),
+    ("train.log=tensorbord", "train.log: unknown sink 'tensorbord'; valid: tensorboard, wandb"),
+])
+def test_values_alone_are_checked_when_the_config_is_built(item, needle):
+    """Config knows values, not plugins: a value's range or choice fails in `config.load`,
+    before `train.preflight.check_names` looks up any plugin."""
+    with pytest.raises(ConfigError) as e:
+        config.load(sets=[item])
+    assert needle in str(e.value)
+
+
+def test_the_focus_gain_choices_are_the_gains_credit_defines():
+    from agentrl_cli.config.validation import _CHOICES
+    from agentrl_cli.credit.focus import GAIN_KINDS
+
+    assert _CHOICES["algo.focus_gain"] == GAIN_KINDS
+
+
+def test_config_imports_nothing_from_reporting():
+    """reporting may import config (the sinks' names); config never imports reporting."""
+    from test_layers import ROOT, import_edges
+
+    edges = import_edges(ROOT)
+    assert {m: sorted(t for t in ts if t.startswith("agentrl_cli.reporting"))
+            for m, ts in edges.items() if m.startswith("agentrl_cli.config")} == {
+        m: [] for m in edges if m.startswith("agentrl_cli.config")}
+    assert "agentrl_cli.config" in edges["agentrl_cli.reporting.sinks"]

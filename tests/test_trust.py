@@ -411,7 +411,7 @@ def test_a_huge_yaml_file_is_refused_unread(tmp_path, monkeypatch):
 
     p = tmp_path / "big.yaml"
     p.write_text("train:\n  steps: 3\n" + "#" * (config.YAML_BYTES_CAP + 10) + "\n")
-    monkeypatch.setattr(config, "check_yaml", lambda *a: pytest.fail("the file was parsed"))
+    monkeypatch.setattr(config.loading, "check_yaml", lambda *a: pytest.fail("the file was parsed"))
     with pytest.raises(ConfigError, match="a config is at most 1,048,576"):
         config.read_yaml(p)
 

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from ..errors import ConfigError
-from ..config import RunConfig
+from ..config import RunConfig, check_lora
 from .chat import ChatFormat
 from .tiny import TinyRecipe, is_built, tiny_path
 
@@ -115,7 +115,7 @@ def _load_weights(path: str, cfg: RunConfig, log: Callable[[str], None]):
     with rank 0 a folder's adapters are merged into the base (a full fine-tune from there)."""
     from . import lora
 
-    lora.check_options(cfg)
+    check_lora(cfg)                       # a config built by `dataclasses.replace` skipped it
     if lora.is_adapter_folder(path):
         base = lora.adapter_base(path)
         if base.startswith(("/", ".", "~")) and not Path(base).expanduser().is_dir():

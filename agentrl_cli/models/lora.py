@@ -59,17 +59,6 @@ def require_peft():
     return peft
 
 
-def check_options(cfg) -> None:
-    """One-line errors for LoRA values that can only be mistakes (before any model loads)."""
-    m = cfg.model
-    if m.lora_rank < 0:
-        raise ConfigError(f"model.lora_rank must be >= 0 (0: no LoRA), got {m.lora_rank}")
-    if m.lora_rank > 0 and m.lora_alpha <= 0:
-        raise ConfigError(f"model.lora_alpha must be > 0, got {m.lora_alpha}")
-    if not 0.0 <= m.lora_dropout < 1.0:
-        raise ConfigError(f"model.lora_dropout must be in [0, 1), got {m.lora_dropout}")
-
-
 def is_lora(model) -> bool:
     """Whether `model` is a PEFT model (without importing PEFT)."""
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")

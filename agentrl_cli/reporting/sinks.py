@@ -6,23 +6,15 @@ rows: every numeric field of a row is one scalar under its own name (`loss/polic
 `tensorboard` writes `<run>/tensorboard/` with torch's SummaryWriter (needs the `tensorboard`
 package: `pip install -e '.[tensorboard]'`); `wandb` calls `wandb.init(dir=<run>, ...)` and leaves
 the mode to wandb's own settings, so `WANDB_MODE=offline` keeps the run on disk
-(`wandb sync` uploads it later) and `WANDB_MODE=disabled` turns it off.
+(`wandb sync` uploads it later) and `WANDB_MODE=disabled` turns it off. The names a spec may
+hold, and their check, are config's (`config.validation.SINKS`, `parse_sinks`).
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-SINKS = ("tensorboard", "wandb")
-
-def parse(spec: str) -> list[str]:
-    """'tensorboard,wandb' -> ['tensorboard', 'wandb']; unknown names raise ValueError."""
-    names = [s.strip() for s in (spec or "").split(",") if s.strip()]
-    bad = [n for n in names if n not in SINKS]
-    if bad:
-        raise ValueError(f"train.log: unknown sink '{bad[0]}'; valid: {', '.join(SINKS)} "
-                         f"(comma-separated, empty for metrics.jsonl only)")
-    return list(dict.fromkeys(names))
+from ..config import parse_sinks
 
 def scalars(row: dict) -> dict[str, float]:
     """The row's numeric fields (bools and non-finite values left out), `step` excluded."""
@@ -94,7 +86,7 @@ def open_sinks(spec: str, run: Path, config: dict | None = None, first_step: int
     """The sinks named in `spec` (train.log) for the run folder `run`; `first_step` > 0 is a
     resumed run."""
     out = []
-    for name in parse(spec):
+    for name in parse_sinks(spec):
         if name == "tensorboard":
             out.append(TensorBoardSink(run, config, first_step))
         elif name == "wandb":
