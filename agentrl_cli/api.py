@@ -3,7 +3,7 @@
     from agentrl_cli.api import load_config, train, evaluate, rollout
 
 Each function calls what its command calls (`agentrl train`: `train.launch.launch`; `agentrl
-eval`: `train.held_out.eval_checkpoint`; `agentrl rollout`: `train.collect.collect_rollout`),
+eval`: `train.held_out.eval_checkpoint`; `agentrl rollout`: `train.rollout_command.collect_rollout`),
 so a run started here has the same folder, files and checks as one started on the command line,
 and `agentrl train --resume`, `agentrl eval` and `agentrl view` read it. User mistakes raise
 `errors.ConfigError` (one line); a step callback stops a run with `errors.StopTraining` or by
@@ -99,7 +99,7 @@ def rollout(out: str | Path, n: int = 64, *, method: str | None = None,
     """Roll out episodes (`agentrl rollout`) and write them to the JSONL file `out` -> the
     episodes (`types.Episode`); with `method` naming a tree method (focus), one tree per
     task."""
-    from .train.collect import RolloutRequest, collect_rollout
+    from .train.rollout_command import RolloutRequest, collect_rollout
 
     req = RolloutRequest(Path(out), n, policy, split, group_size,
                          Path(checkpoint) if checkpoint is not None else None, method, env,

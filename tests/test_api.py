@@ -79,7 +79,7 @@ def test_the_api_calls_the_commands_library_functions(tmp_path, monkeypatch):
     assert seen["on_step"] is cb and out == {"steps": 0, "out": str(tmp_path)}
     src = ast.parse((ROOT / "agentrl_cli" / "api.py").read_text())
     imported = {n.module for n in ast.walk(src) if isinstance(n, ast.ImportFrom)}
-    assert {"train.launch", "train.held_out", "train.collect"} <= imported
+    assert {"train.launch", "train.held_out", "train.rollout_command"} <= imported
 
 
 def test_a_mistake_through_the_api_is_the_commands_one_line(monkeypatch):

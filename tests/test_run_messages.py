@@ -55,7 +55,7 @@ def test_eval_bounds_samples_before_any_work(args, needle, monkeypatch):
 
 
 def test_an_interrupted_rollout_does_not_suggest_resume(tmp_path, monkeypatch):
-    import agentrl_cli.train.collect as tc
+    import agentrl_cli.train.rollout_command as tc
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

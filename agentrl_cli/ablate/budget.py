@@ -7,6 +7,7 @@ from typing import Callable
 
 from ..config import RunConfig
 from ..errors import ConfigError
+from ..rollout.matched_budget import resolve_budget
 
 
 def measure_budget(cfg: RunConfig) -> int:
@@ -27,9 +28,11 @@ def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable
             raise ConfigError(f"{out} holds cells finished at budget {old} tokens; rerun with "
                               f"--budget {old} or use a new --out")
         return budget
-    if old is not None:
-        return old
-    if base.rollout.budget_tokens > 0:
-        return base.rollout.budget_tokens
-    log("measuring the matched budget: one linear rollout step of the base config ...")
-    return measure_budget(base)
+
+    def measure() -> int:   # the base config's own budget, else a linear step of it, measured
+        if base.rollout.budget_tokens > 0:
+            return base.rollout.budget_tokens
+        log("measuring the matched budget: one linear rollout step of the base config ...")
+        return measure_budget(base)
+
+    return resolve_budget(0, True, old, measure)

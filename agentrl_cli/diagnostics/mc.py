@@ -75,7 +75,7 @@ def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
                     ) -> tuple[list[Episode], list[list[BoundaryState]]]:
     """One episode per (task, group) pair, and per episode its states s_0..s_{K-1}."""
     from ..context.windows import visible_ids
-    from ..rollout.controllers import RolloutContext, shape_rewards
+    from ..rollout.controllers import rollout_context, shape_rewards
     from ..rollout.runner import run_episodes
 
     snaps: dict[int, list[tuple[int, Any]]] = {}
@@ -86,8 +86,7 @@ def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
     c = pol.cfg.rollout
     eps = run_episodes(pol.engine, pol.fmt, pol.spec, pairs, pol.params, c.max_tokens,
                        c.batch_size, torch.Generator().manual_seed(seed), on_state=record)
-    shape_rewards(eps, RolloutContext(pol.engine, pol.fmt, pol.spec, pol.params, 1, c.max_tokens,
-                                      c.batch_size, 0, None, algo=pol.cfg.algo))
+    shape_rewards(eps, rollout_context(pol, None, group_size=1))
     states: list[list[BoundaryState]] = []
     for b, (ep, (task, group)) in enumerate(zip(eps, pairs)):
         row = []
@@ -104,7 +103,7 @@ def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
 def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -> list[list[Episode]]:
     """`n` fresh continuations from each state (batched `rollout.batch_size` at a time)."""
     from ..context.windows import resume_from_visible
-    from ..rollout.controllers import RolloutContext, shape_rewards
+    from ..rollout.controllers import rollout_context, shape_rewards
     from ..context.episode import LiveEpisode, new_episode
     from ..rollout.runner import drive_batch
 
@@ -126,8 +125,7 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
         done = drive_batch(pol.engine, pol.fmt, lives, chunks, pol.params, c.max_tokens, gen)
         for i, ep in zip(which, done):
             out[i].append(ep)
-    ctx = RolloutContext(pol.engine, pol.fmt, pol.spec, pol.params, 1, c.max_tokens,
-                         c.batch_size, 0, gen, algo=pol.cfg.algo)
+    ctx = rollout_context(pol, gen, group_size=1)
     for eps in out:  # the reward the trainer would see (DAPO overlong shaping, when on)
         shape_rewards(eps, ctx)
     return out

@@ -1,18 +1,34 @@
 """The matched generation budget (docs/methods.md, "Budget"; docs/architecture.md):
 what one linear (GRPO-style) step generates, measured once with the initial policy.
 
-`matched_budget` is the one measurement. The trainer takes it on step 1's tasks at step 0
+`resolve_budget` is the one rule that picks a run's budget, `matched_budget` the one measurement. The trainer takes it on step 1's tasks at step 0
 (`rollout.budget_match`, `train.loop.linear_step_tokens`), `agentrl ablate` takes the same one
 for every cell of a sweep, and `agentrl rollout --method focus` takes it on the tasks its trees
-grow on (`train.collect.collect_trees`, sampling one episode per task).
+grow on (`train.rollout_command.collect_trees`, sampling one episode per task).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from ..envs.base import Task
 from .runner import run_episodes
 from .runtime import Runtime
+
+
+def resolve_budget(explicit: int, match: bool, recorded: int | None,
+                   measure: Callable[[], int]) -> int:
+    """Generated tokens per step, by the rule every user follows (the trainer, `agentrl
+    rollout`'s trees, `agentrl ablate`): an explicit budget (`rollout.budget_tokens` > 0) wins;
+    else without matching (`rollout.budget_match` off) there is no cap (0); else the budget
+    recorded before (a resumed run's checkpoint, a rerun sweep's ablation.json); else
+    `measure()` (a linear step of the base policy, `matched_budget`)."""
+    if explicit > 0 or not match:
+        return max(explicit, 0)
+    if recorded:
+        return int(recorded)
+    return measure()
 
 
 def matched_budget(rt: Runtime, tasks: list[Task], group_size: int, seed: int,

@@ -31,7 +31,7 @@ from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
 from ..reporting.plots import env_label, learning_curve
 from ..rollout.controllers import CONTROLLERS, rollout_context
-from ..rollout.matched_budget import matched_budget
+from ..rollout.matched_budget import matched_budget, resolve_budget
 from ..rollout.rewards import reward_metrics
 from ..rollout.rollouts import Rollouts, open_rollouts
 from ..rollout.runtime import Runtime, build_runtime
@@ -70,11 +70,8 @@ def step_budget(cfg: RunConfig, base: dict) -> int:
     resumed run keeps it; a run saved before it was recorded predicts it as tasks x group x the
     base check's tokens per question), else 0 (no cap)."""
     r = cfg.rollout
-    if r.budget_tokens > 0 or not r.budget_match:
-        return r.budget_tokens
-    if base.get("linear_step_tokens"):
-        return int(base["linear_step_tokens"])
-    return max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"]))
+    return resolve_budget(r.budget_tokens, r.budget_match, base.get("linear_step_tokens"),
+                          lambda: max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"])))
 
 
 def linear_step_tokens(rt: Runtime) -> int:
@@ -239,13 +236,13 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
                           json.dumps(dataclasses.replace(cfg, out=str(out)).to_dict(), indent=2))
     if found is not None:
         ckpt, state, weights = found
-        rt.model.load_state_dict(weights, strict=False)
-        if learner.critic is not None and state.get("value_head") is not None:
-            learner.critic.load_state_dict(state["value_head"])
-        learner.optimizer.load_state_dict(state["optimizer"])
-        run.start_step, run.base, run.tokens_total = state["step"], state["base_eval"], state["tokens_total"]
-        run.last_eval = state.get("last_eval", run.base)  # the held-out check in force at the checkpoint
-        run.rollout_carry = state.get("rollout_carry") or {}
+        st = checkpoint.open_checkpoint(ckpt, cfg, into=rt, into_critic=learner.critic,
+                                        loaded=(state, weights)).state
+        learner.optimizer.load_state_dict(st.optimizer)
+        run.start_step, run.base, run.tokens_total = st.step, st.base_eval, st.tokens_total
+        # the held-out check in force at the checkpoint
+        run.last_eval = st.last_eval if st.last_eval is not None else run.base
+        run.rollout_carry = st.rollout_carry
         if comm.is_main:
             run.metrics.truncate_after(run.start_step, on_torn=log)
         log(f"resumed from {ckpt} at step {run.start_step}")

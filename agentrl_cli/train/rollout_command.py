@@ -15,9 +15,8 @@ import torch
 
 from ..config import RunConfig
 from ..errors import ConfigError
-from ..models.critic import critic_from_checkpoint
 from ..rollout.controllers import CONTROLLERS, rollout_context
-from ..rollout.matched_budget import matched_budget
+from ..rollout.matched_budget import matched_budget, resolve_budget
 from ..rollout.runtime import build_runtime
 from . import checkpoint
 from .learner import initial_critic
@@ -39,19 +38,23 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int |
     scaled to n x `group_size` episodes), as `train` sets it from the base policy. Without
     either, each tree completes `group_size` paths (so with `group_size` 1 it cannot branch)."""
     group_size = cfg.rollout.group_size if group_size is None else group_size
-    rt = build_runtime(cfg)
-    tasks = rt.spec.tasks(split, n)
     ckpt = Path(cfg.model.name)
-    if (ckpt / checkpoint.STATE_FILE).is_file():
-        critic = critic_from_checkpoint(checkpoint.load_state(ckpt), rt.model)
+    if (ckpt / checkpoint.STATE_FILE).is_file():      # a checkpoint's own critic
+        opened = checkpoint.open_checkpoint(ckpt, cfg, verified=True)
+        rt, critic = opened.runtime, opened.critic
     else:
+        rt = build_runtime(cfg)
         critic = initial_critic(cfg, rt.model, rt.model_path, log)
-    budget = cfg.rollout.budget_tokens
-    if budget <= 0 and cfg.rollout.budget_match:
+    tasks = rt.spec.tasks(split, n)
+
+    def measure() -> int:
         budget = matched_budget(rt, tasks, group_size, cfg.seed, sampled_per_task=1)
         log(f"budget: {budget} tokens ({len(tasks)} tasks x {group_size} x "
             f"{budget / max(1, len(tasks) * group_size):.1f} tokens per linear episode: a GRPO "
             "step on these tasks)")
+        return budget
+
+    budget = resolve_budget(cfg.rollout.budget_tokens, cfg.rollout.budget_match, None, measure)
     ctx = rollout_context(rt, torch.Generator().manual_seed(cfg.seed), budget=budget,
                           group_size=group_size, critic=critic)
     result = CONTROLLERS.get(cfg.algo.controller).run(ctx, tasks)
