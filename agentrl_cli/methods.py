@@ -116,3 +116,14 @@ _add(Recipe(
     critic=True, warm_critic=True,
     extra_rollouts="none beyond the budget: continuations from tree nodes replace independent episodes",
 ))
+
+_add(Recipe(
+    "tree_grpo", "Tree-GRPO: trees with random expansion at turn boundaries, intra- + inter-tree group-relative leaf advantages, no critic, PPO-clip",
+    # Tree-GRPO (arXiv 2509.21240) on the FOCUS tree engine: the controller's random allocator
+    # expands a uniformly drawn node of the step's trees (a turn-boundary state) until the
+    # budget is spent; the root episodes are the paper's M initial chains. Credit is
+    # `credit.tree_grpo`. The budget is a GRPO step's, as for FOCUS (rollout.budget_match).
+    {"algo.estimator": "tree_grpo", "algo.loss": "ppo_clip", "algo.controller": "focus",
+     "algo.focus_allocator": "random", "algo.focus_max_inflight": 2, "rollout.budget_match": True},
+    extra_rollouts="none beyond the budget: continuations from random tree nodes replace independent episodes",
+))

@@ -233,7 +233,10 @@ def _fake_run(calls=None, interrupt_at=None):
 
 def test_method_reads_is_derived_from_the_recipes_parts():
     assert ARD.readers("algo.beta") == ["mpo"]
-    assert ARD.readers("algo.kappa") == ["focus"]
+    # tree_grpo grows its trees with the FOCUS controller, whose planner reads kappa (its random
+    # allocator then ignores the gains), so the declaration is the controller's
+    assert ARD.readers("algo.kappa") == ["focus", "tree_grpo"]
+    assert "algo.kappa" not in ARD.method_reads("grpo")
     assert sorted(ARD.readers("algo.lam")) == ["mpo", "ppo"]
     assert "algo.vine_k" in ARD.method_reads("vineppo") and "algo.vine_k" not in ARD.method_reads("grpo")
     # swapping a part changes what is read: grpo with the vine controller reads vine_k

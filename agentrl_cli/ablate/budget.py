@@ -18,7 +18,7 @@ def measure_budget(cfg: RunConfig) -> int:
     return linear_step_tokens(initial_runtime(cfg, log=lambda s: None))
 
 
-def resolve_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None]) -> int:
+def sweep_budget(out: Path, base: RunConfig, budget: int | None, log: Callable[[str], None]) -> int:
     """The sweep's budget: --budget, else the one recorded by an earlier run of this sweep, else
     the base config's rollout.budget_tokens, else measured (see the module docstring)."""
     rec = out / "ablation.json"

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..methods import METHODS
 from ..train.preflight import check_eval_tasks, load_checked
 from .aggregate import collect, write_results
-from .budget import resolve_budget
+from .budget import sweep_budget
 from .plan import PRESETS, Axis, Sweep, plan, plan_lines, record, warmup_warnings
 from .reads import check_sweep, default_methods
 from .run import check_rerun, earlier_cells, run_sweep
@@ -214,7 +214,7 @@ def ablate(req: Request, log: Callable[[str], None] = print) -> Outcome:
     sweep, base, axes, configs, resume = prepare(req, log)
     command = resume(req.budget)
     try:
-        sweep.budget = resolve_budget(sweep.out, base, req.budget, log)
+        sweep.budget = sweep_budget(sweep.out, base, req.budget, log)
         command = resume(sweep.budget)
         check_rerun(sweep)                # before ablation.json or any run is rewritten
         whole = dataclasses.replace(sweep, cells=sweep.cells + earlier_cells(sweep, log))

@@ -23,7 +23,7 @@ from .gae import gae, segment_td_advantages
 from .mpo import mpo_advantages
 from .outcome import grpo_advantages, rloo_advantages
 from .trace import trace_turn_rewards
-from . import estimators, focus_credit  # noqa: F401  (the estimators register themselves)
+from . import estimators, focus_credit, tree_grpo  # noqa: F401  (the estimators register themselves)
 
 __all__ = [
     "broadcast_turn_values",

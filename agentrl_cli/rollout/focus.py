@@ -129,7 +129,8 @@ class FocusRunner:
         """Critic values of the states whose context was just fed (`rollout.values`): a value
         head reads the rows' last hidden states in the KV batch; a separate critic runs its own
         forward over each state's visible context."""
-        if not self.value_wait:
+        if not self.value_wait or self.plan.algo.focus_critic == "oracle":
+            self.value_wait = []          # an oracle's values came with the states (planner)
             return
         if self.kv.keep_hidden:
             rows = torch.tensor([p.row for p, _ in self.value_wait], dtype=torch.long)

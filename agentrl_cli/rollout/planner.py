@@ -47,6 +47,7 @@ older one), `uniform` (fewest continuations launched from the node so far), `ran
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import Counter
@@ -118,7 +119,7 @@ ALLOCATORS = plugins.PluginRegistry("focus allocator", ENTRY_POINTS,
 
 # What the planner reads of `algo` (the FOCUS controllers, in process and on the path
 # scheduler, declare it where they register): allocation only, credit is `credit.focus_credit`'s
-PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain",
+PLANNER_READS = ("algo.focus_roots", "algo.focus_allocator", "algo.focus_gain", "algo.focus_critic",
                  "algo.focus_evidence", "algo.focus_max_inflight", "algo.focus_min_depth", "algo.kappa",
                  "algo.overlong_shaping", "algo.overlong_cache", "algo.rewards", "algo.reward_mode")
 
@@ -137,6 +138,17 @@ def _uniform(cands: list[Node], ctx: AllocatorContext) -> Node:
 @ALLOCATORS.register("random")
 def _random(cands: list[Node], ctx: AllocatorContext) -> Node:
     return cands[ctx.rng.randrange(len(cands))]
+
+
+@ALLOCATORS.register("entropy")
+def _entropy(cands: list[Node], ctx: AllocatorContext) -> Node:
+    """TreeRL's / ARPO's rule at turn boundaries: among the candidates with the fewest
+    continuations launched so far, the state whose next turn was sampled with the highest mean
+    surprisal (`Node.h`); each round of launches thus takes the most uncertain states first,
+    one continuation each (TreeRL forks the top-N entropy points per iteration)."""
+    fewest = min(nd.launched for nd in cands)
+    return max((nd for nd in cands if nd.launched == fewest),
+               key=lambda nd: (-math.inf if nd.h is None else nd.h, -nd.depth))
 
 
 @ALLOCATORS.register("raw-residual")
@@ -188,6 +200,30 @@ def branch_episode(src: Episode, node: Node) -> Episode:
                  num_tool_calls=node.tool_calls)
     inherit_windows(ep, src, pos)
     return ep
+
+
+def turn_surprisal(tree: Tree, node_ids: list[int], ep: Episode) -> None:
+    """Fill `Node.h` of the path's nodes that have none: the mean -log-prob of the policy tokens
+    `ep` sampled between the node and the next one (a prefix the path inherited carries no
+    log-probs and fills nothing)."""
+    for a, b in zip(node_ids, node_ids[1:]):
+        nd = tree.nodes[a]
+        if nd.h is not None:
+            continue
+        lps = [-ep.logprobs[i] for i in range(nd.position, tree.nodes[b].position)
+               if ep.response_mask[i]]
+        if lps:
+            nd.h = sum(lps) / len(lps)
+
+
+def oracle_value(spec, snapshot) -> float | None:
+    """The env's own success probability of a state (`algo.focus_critic=oracle`): a fresh env
+    restored to `snapshot`, asked `oracle_value()` (None without a snapshot)."""
+    if snapshot is None:
+        return None
+    env = spec.make()
+    env.restore(snapshot)
+    return float(env.oracle_value())
 
 
 def env_snapshot(env) -> Any:
@@ -292,6 +328,8 @@ class FocusPlanner:
         if not tree.nodes:
             root = tree.add(-1, 0, len(ep.token_ids), len(self.paths))
             self._state(root, env_snapshot(env), ep.num_tool_calls)
+            if self.algo.focus_critic == "oracle":
+                root.v = oracle_value(self.ctx.spec, root.snapshot)
         p = self._register(tree, ep, 0, continuation=False)
         self.t_book += time.perf_counter() - t0
         return p, env
@@ -365,10 +403,13 @@ class FocusPlanner:
                           node.position + self.ctx.params.max_new_tokens <= self.ctx.max_tokens)
 
     def grow(self, p: PlanPath, depth: int, position: int, snapshot, tool_calls: int) -> Node:
-        """Path `p` reached a new segment-boundary state."""
+        """Path `p` reached a new segment-boundary state (with `algo.focus_critic=oracle`, its
+        value is the env's `oracle_value()` there)."""
         t0 = time.perf_counter()
         node = p.tree.grow(p.pid, p.nodes, depth, position)
         self._state(node, snapshot, tool_calls)
+        if self.algo.focus_critic == "oracle":
+            node.v = oracle_value(self.ctx.spec, snapshot)
         self.t_book += time.perf_counter() - t0
         return node
 
@@ -379,6 +420,7 @@ class FocusPlanner:
         shape_rewards([ep], self.ctx)
         leaf = p.tree.land(p.pid, p.nodes, p.origin, p.continuation, float(ep.reward),
                            ep.num_turns, len(ep.token_ids), self.rule, tool_calls=ep.num_tool_calls)
+        turn_surprisal(p.tree, p.tree.paths[p.pid], ep)
         p.done = True
         self._regain(p.tree, p.nodes)
         self.active.remove(p)

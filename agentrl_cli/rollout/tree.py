@@ -50,6 +50,9 @@ class Node:
     launched: int = 0             # continuations launched from this node
     own_inflight: int = 0         # of those, still running (capped by algo.focus_max_inflight)
     g: float = 0.0                # current gain of one more continuation
+    h: float | None = None        # mean surprisal (-log-prob) of the turn sampled from this state
+                                  # on the first finished path that generated one here: an
+                                  # unbiased estimate of the policy's per-token entropy there
 
     @property
     def terminal(self) -> bool:
@@ -68,6 +71,7 @@ class Node:
 
         return {"id": self.id, "parent": self.parent, "depth": self.depth,
                 "position": self.position, "path": self.path, "v": num(self.v), "n": self.n,
+                "h": num(self.h),
                 "cbar": num(self.cbar), "g": self.g, "G_bar": num(G_bar),
                 "V_tilde": num(V_tilde), "reward": self.reward,
                 "resumable": self.resumable, "launched": self.launched,

@@ -43,7 +43,29 @@ def check_names(cfg: RunConfig) -> RunConfig:
 
         load_rewards(a.rewards)
     check_placement(cfg)
+    check_oracle(cfg)
     return cfg
+
+
+def check_oracle(cfg: RunConfig) -> None:
+    """`algo.focus_critic=oracle` reads the env's `oracle_value()`: an env without one is one
+    ConfigError line, before any work."""
+    if cfg.algo.focus_critic != "oracle" or not _grows_trees(cfg):
+        return
+    from ..envs.base import make_env_spec
+
+    env = make_env_spec(cfg.env).make()
+    if not callable(getattr(env, "oracle_value", None)):
+        raise ConfigError(f"algo.focus_critic=oracle needs an env that computes a state's success "
+                          f"probability (env.oracle_value()); env '{cfg.env.name}' has none "
+                          "(the built-in one that does: allocation)")
+
+
+def _grows_trees(cfg: RunConfig) -> bool:
+    """Whether the run's controller grows trees (the oracle replaces their node values)."""
+    from ..rollout.controllers import CONTROLLERS
+
+    return CONTROLLERS.get(cfg.algo.controller).trees
 
 
 def check_placement(cfg: RunConfig) -> None:
