@@ -15,7 +15,9 @@ final check minus the base (step 0), the paired difference of the mean of checks
 reference method on the same seeds (mean ± its standard error, std / sqrt(seeds)) and the
 verdict it gives (ahead / behind when the difference exceeds its standard error, else level),
 the same paired difference at the last check,
-generated tokens per training step, generated tokens per held-out question at the last check,
+generated tokens per training step, the share of a step's groups (GRPO groups, a task's tree)
+whose outcomes differ (mixed-outcome groups: those with a learning signal), generated tokens
+per held-out question at the last check,
 seconds per training step (the step's own time, checks excluded) and the mean standard error
 of one check (task-clustered, when the run logged it). `--checks LO-HI` takes the mean of
 checks (and its paired difference) over the checks at steps LO to HI only.
@@ -51,6 +53,10 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
                                            if max(lo, 1) <= s <= (hi if hi is not None else s)),
             "tokens_per_step": statistics.mean(r["rollout/tokens"] for r in steps),
             "tpq": checks[last]["eval/tokens_per_question"],
+            # the share of a step's groups (a GRPO group, a task's tree) whose outcomes differ
+            "mixed": statistics.mean(1 - r["rollout/zero_spread_groups"] for r in steps
+                                     if "rollout/zero_spread_groups" in r) if any(
+                "rollout/zero_spread_groups" in r for r in steps) else None,
             "summary": summary, "steps": summary.get("steps", last),
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
             "se": statistics.mean(r["eval/success_se"] for r in checks.values())
@@ -80,7 +86,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
         by[r["label"]].append(r)
     head = ["method", "seeds", "mean of checks", "final - base (points)",
             f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
-            "gen. tokens / step",
+            "gen. tokens / step", "mixed-outcome groups",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
@@ -98,6 +104,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
             "–" if label == reference else verdict(diff),
             "–" if last is None else f"{100 * last[0]:+.1f} ± {100 * last[1]:.1f}",
             _ms([r["tokens_per_step"] for r in rs], digits=0),
+            _ms([r["mixed"] for r in rs], digits=2) if all(r["mixed"] is not None for r in rs) else "–",
             _ms([r["tpq"] for r in rs], digits=1),
             _ms([r["s_per_step"] for r in rs], digits=2),
             f"{statistics.mean(ses):.3f}" if ses else "–"]) + " |")

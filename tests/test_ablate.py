@@ -70,6 +70,28 @@ def test_presets_set_the_papers_ablations():
     assert r.exit_code == 2 and "refinement" in r.output
 
 
+def test_the_allocation_preset_runs_its_arms_at_one_budget(tmp_path, monkeypatch):
+    pre = AP.PRESETS.get("allocation")
+    cells = AP.plan(list(pre.methods), pre.axes(config.load()), pre.arms)
+    assert [c.name for c in cells] == ["grpo", "focus", "focus-oracle", "focus-kappa0",
+                                       "focus-entropy", "tree_grpo"]
+    algo = {c.name: config.load(sets=list(c.sets), method=c.method).algo for c in cells}
+    assert algo["focus-oracle"].focus_critic == "oracle" and algo["focus"].focus_critic == "learned"
+    assert algo["focus-kappa0"].kappa == 0 and algo["focus"].kappa == 1
+    assert algo["focus-entropy"].focus_allocator == "entropy"
+    assert algo["tree_grpo"].estimator == "tree_grpo" and algo["grpo"].estimator == "grpo"
+    calls = []
+    monkeypatch.setattr(AR, "_train_here", _fake_run(calls))
+    out = tmp_path / "alloc"
+    r = runner.invoke(app, ["ablate", "--preset", "allocation", "--benchmark", "allocation-early",
+                            "--seeds", "2", "--budget", "10", "--out", str(out),
+                            *_sets(["env.max_turns=10"])])
+    assert r.exit_code == 0, r.output
+    assert sorted({c for c, _ in calls}) == sorted(c.name for c in cells) and len(calls) == 12
+    rec = json.loads((out / "ablation.json").read_text())
+    assert rec["preset"] == "allocation" and rec["budget_tokens"] == 10
+
+
 def test_measured_budget_is_one_linear_step(micro_policy):
     cfg = config.load(sets=FAST)
     b = ABU.measure_budget(cfg)

@@ -12,7 +12,8 @@ mt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mt)
 
 
-def _run(root: Path, method: str, seed: int, checks: list[float], tokens=100, s=2.0) -> Path:
+def _run(root: Path, method: str, seed: int, checks: list[float], tokens=100, s=2.0,
+         zero: list[float] | None = None) -> Path:
     run = root / "cells" / method / f"seed-{seed}"
     run.mkdir(parents=True)
     rows = [{"step": 0, "eval/success": checks[0], "eval/success_se": 0.03,
@@ -20,6 +21,8 @@ def _run(root: Path, method: str, seed: int, checks: list[float], tokens=100, s=
     for i, c in enumerate(checks[1:], 1):
         rows.append({"step": i, "rollout/tokens": tokens, "time/step": s, "eval/success": c,
                      "eval/success_se": 0.05, "eval/tokens_per_question": 41.0})
+        if zero is not None:
+            rows[-1]["rollout/zero_spread_groups"] = zero[i - 1]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "summary.json").write_text(json.dumps({"method": method, "seed": seed}))
     return run
@@ -54,7 +57,9 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     lines = mt.table(runs, "grpo")
     row = next(x for x in lines if x.startswith("| `a`"))
     assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
-    assert next(x for x in lines if x.startswith("| `c`")).split(" | ")[9] == "3.00 ± 0.00"
+    c_row = next(x for x in lines if x.startswith("| `c`")).split(" | ")
+    assert c_row[10] == "3.00 ± 0.00"
+    assert c_row[8] == "–"        # runs that logged no rollout/zero_spread_groups: no mixed share
     assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
 
@@ -107,3 +112,12 @@ def test_a_window_of_checks(tmp_path):
     assert abs(mt.load_run(run)["mean_checks"] - 0.6) < 1e-12
     assert abs(mt.load_run(run, 2, 3)["mean_checks"] - 0.7) < 1e-12
     assert abs(mt.load_run(run, 0, 1)["mean_checks"] - 0.4) < 1e-12      # step 0 is the base, never a check
+
+
+def test_the_mixed_outcome_share_is_the_mean_over_steps_of_groups_with_a_signal(tmp_path):
+    _run(tmp_path, "grpo", 0, [0.3, 0.4, 0.5], zero=[0.25, 0.75])
+    _run(tmp_path, "grpo", 1, [0.3, 0.4, 0.5], zero=[0.0, 0.5])
+    runs = [mt.load_run(p) for p in mt.runs_under([tmp_path])]
+    assert sorted(r["mixed"] for r in runs) == [0.5, 0.75]
+    row = next(x for x in mt.table(runs, "grpo") if x.startswith("| `grpo`")).split(" | ")
+    assert row[8] == "0.62 ± 0.18"

@@ -198,7 +198,8 @@ def prepare(req: Request, log: Callable[[str], None]) -> tuple[Sweep, RunConfig,
         axes = PRESETS.get(req.preset).axes(base) + axes
         check_sweep(methods, axes, fixed)
     out = req.out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
-    sweep = Sweep(out, plan(methods, axes), [base.seed + i for i in range(req.seeds)],
+    arms = PRESETS.get(req.preset).arms if req.preset is not None else ()
+    sweep = Sweep(out, plan(methods, axes, arms), [base.seed + i for i in range(req.seeds)],
                   str(req.config) if req.config else None, base_sets)
     configs = cell_configs(sweep)        # a bad value: exit 2 here, before --out is made
     check_output_dir(out)                # a file or an unwritable place: before any run

@@ -37,10 +37,22 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Arm:
+    """One compared variant of a preset: a label (its cell's name), a method and its sets."""
+
+    label: str
+    method: str
+    sets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Preset:
     summary: str
     methods: tuple[str, ...]
     axes: Callable[[RunConfig], list[Axis]]               # from the base config
+    # a preset of named variants (each a method with its own sets) instead of methods crossed
+    # with axes; `methods` then lists their methods
+    arms: tuple[Arm, ...] = ()
 
 
 PRESETS: Registry[Preset] = Registry("ablation preset")
@@ -74,25 +86,43 @@ PRESETS.register("compaction-style", Preset(
                                                 "context.style=structured"))))]))
 
 
+# where FOCUS's allocation pays (docs/methods.md, "Tree methods beside FOCUS"): the tree
+# methods and FOCUS's critic ladder at one matched budget, each paired with GRPO
+ALLOCATION_ARMS = (
+    Arm("grpo", "grpo"),
+    Arm("focus", "focus"),
+    Arm("focus-oracle", "focus", ("algo.focus_critic=oracle",)),
+    Arm("focus-kappa0", "focus", ("algo.kappa=0",)),
+    Arm("focus-entropy", "focus", ("algo.focus_allocator=entropy",)),
+    Arm("tree_grpo", "tree_grpo"),
+)
+PRESETS.register("allocation", Preset(
+    "the tree methods and FOCUS's critic ladder at one matched budget: grpo, focus (learned "
+    "critic), focus-oracle (env.oracle_value()), focus-kappa0 (evidence only), focus-entropy "
+    "(entropy branching), tree_grpo; run it on an allocation-* benchmark",
+    tuple(dict.fromkeys(a.method for a in ALLOCATION_ARMS)), lambda cfg: [], ALLOCATION_ARMS))
+
+
 def short(key: str, keys: list[str]) -> str:
     """`algo.beta` -> `beta` unless another swept key ends the same way."""
     tail = key.rsplit(".", 1)[-1]
     return tail if sum(k.rsplit(".", 1)[-1] == tail for k in keys) == 1 else key
 
 
-def plan(methods: list[str], axes: list[Axis]) -> list[Cell]:
-    """Every combination of method and axis values, methods outermost."""
+def plan(methods: list[str], axes: list[Axis], arms: tuple[Arm, ...] = ()) -> list[Cell]:
+    """Every combination of method and axis values, methods outermost; with `arms` (a preset's
+    named variants), every combination of arm and axis values instead."""
     names = [a.name for a in axes]
     for a in axes:
         if not a.values:
             raise ConfigError(f"axis '{a.name}' has no values")
     cells = []
-    for m in methods:
+    for arm in arms or tuple(Arm(m, m) for m in methods):
         for combo in itertools.product(*[a.values for a in axes]):
             params = {a.name: label for a, (label, _) in zip(axes, combo)}
-            sets = tuple(s for _, ss in combo for s in ss)
-            name = "_".join([m] + [f"{short(k, names)}={v}" for k, v in params.items()])
-            cells.append(Cell(name.replace("/", "-"), m, params, sets))
+            sets = arm.sets + tuple(s for _, ss in combo for s in ss)
+            name = "_".join([arm.label] + [f"{short(k, names)}={v}" for k, v in params.items()])
+            cells.append(Cell(name.replace("/", "-"), arm.method, params, sets))
     if len({c.name for c in cells}) != len(cells):
         raise ConfigError("two cells of the sweep have the same name (a value repeated?)")
     return cells
