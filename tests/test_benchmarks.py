@@ -21,7 +21,7 @@ EXPECTED = {"math-l45", "deonticbench-airline", "deonticbench-sara-numeric",
             "hle", "bfcl-multi-turn-base", "bfcl-multi-turn-miss-func",
             "bfcl-multi-turn-miss-param", "bfcl-multi-turn-long-context", "search", "search-long",
             "search-long-compaction",
-            "locate", "rules", "math"}
+            "locate", "rules", "math", "allocation-early", "allocation-late", "allocation-recover"}
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from agentrl_cli.models.sequences import token_logprobs
 from agentrl_cli.rollout.pools import LocalPool
 from agentrl_cli.rollout.scheduler import PathRunner
 from agentrl_cli.rollout.values import CriticValues
-from agentrl_cli.rollout.controllers import RolloutContext
+from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.runner import run_episodes
 from agentrl_cli.rollout.vllm_paths import VLLMPathExecutor
 

@@ -4,6 +4,7 @@ from . import search  # noqa: F401  (registers "search")
 from . import locate  # noqa: F401  (registers "locate")
 from . import mathword  # noqa: F401  (registers "math")
 from . import rules  # noqa: F401  (registers "rules")
+from . import allocation  # noqa: F401  (registers "allocation")
 from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
 from . import benchmarks  # noqa: F401  (registers the data-backed benchmark envs)
 
