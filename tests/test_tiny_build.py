@@ -44,10 +44,10 @@ def _scripted(monkeypatch, model, successes):
     return weight
 
 
-def _warm_up(model, fmt, spec, recipe):
+def _warm_up(model, fmt, spec, recipe, log=lambda s: None):
     demos = [None] * 32
     return tiny_build._warm_up(recipe, model, HFEngine(model, fmt.pad_id), fmt, spec, demos,
-                               ["dev question"], random.Random(0), torch.Generator(), lambda s: None)
+                               ["dev question"], random.Random(0), torch.Generator(), log)
 
 
 def test_warm_up_keeps_the_best_dev_checkpoint(micro_policy, monkeypatch):
@@ -67,5 +67,25 @@ def test_warm_up_keeps_the_best_dev_checkpoint(micro_policy, monkeypatch):
         weight = _scripted(monkeypatch, model, [0.2, 0.95, 0.1, 0.3])
         step, dev, history = _warm_up(model, fmt, spec, recipe)
         assert (step, dev, len(history)) == (6, 0.95, 2) and float(weight.detach().view(-1)[0]) == 6.0
+    finally:
+        model.load_state_dict(saved)
+
+
+def test_a_warm_up_that_never_reaches_its_target_says_so(micro_policy, monkeypatch):
+    model, _, fmt, spec = micro_policy
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        recipe = TinyRecipe(max_steps=8, eval_start=4, eval_every=2, batch_size=4, target_success=0.3)
+        said = []
+        _scripted(monkeypatch, model, [0.1, 0.2, 0.15])
+        step, dev, _ = _warm_up(model, fmt, spec, recipe, said.append)
+        assert (step, dev) == (6, 0.2)
+        warning, = [s for s in said if "warning" in s]
+        assert "0.30" in warning and "best 0.20, step 6" in warning and "env.n_train" in warning
+        # a build that reaches its target says nothing of the kind
+        said.clear()
+        _scripted(monkeypatch, model, [0.1, 0.35])
+        _warm_up(model, fmt, spec, recipe, said.append)
+        assert not [s for s in said if "warning" in s]
     finally:
         model.load_state_dict(saved)

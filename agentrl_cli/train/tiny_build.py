@@ -382,7 +382,20 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
     model.load_state_dict(best[2])
     if best[1] != step:
         log(f"tiny: kept the checkpoint of step {best[1]} (dev success {best[0]:.2f})")
+    if best[0] < recipe.target_success:
+        log(not_reached(recipe, best[0], best[1]))
     return best[1], best[0], history
+
+
+def not_reached(recipe: TinyRecipe, best: float, step: int) -> str:
+    """The one warning of a warm-up whose checks never reached `target_success`, with what to
+    try (docs/your-env.md, "A starting agent from your expert")."""
+    return (f"tiny: warning: no check reached the target dev success {recipe.target_success:.2f} "
+            f"in {recipe.max_steps} warm-up steps (best {best:.2f}, step {step}); the build keeps "
+            f"that checkpoint. To try: more training tasks (env.n_train: a small split is learnt "
+            f"by heart), actions that name or number something in the observation instead of "
+            f"copying long strings, a longer warm-up (model.tiny_warmup_steps), or "
+            f"model.tiny_target_success={max(best, 0.05):.2f} to accept this agent")
 
 
 def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
