@@ -90,6 +90,19 @@ def test_the_allocation_preset_runs_its_arms_at_one_budget(tmp_path, monkeypatch
     assert sorted({c for c, _ in calls}) == sorted(c.name for c in cells) and len(calls) == 12
     rec = json.loads((out / "ablation.json").read_text())
     assert rec["preset"] == "allocation" and rec["budget_tokens"] == 10
+    # --arms runs only the named arms, in the preset's order
+    calls.clear()
+    r = runner.invoke(app, ["ablate", "--preset", "allocation", "--benchmark", "allocation-early",
+                            "--arms", "focus-oracle,grpo", "--seeds", "1", "--budget", "10",
+                            "--out", str(tmp_path / "two"), *_sets(["env.max_turns=10"])])
+    assert r.exit_code == 0, r.output
+    assert sorted(c for c, _ in calls) == ["focus-oracle", "grpo"]
+    r = runner.invoke(app, ["ablate", "--preset", "allocation", "--arms", "grpo,nope",
+                            "--out", str(tmp_path / "bad")])
+    assert r.exit_code == 2 and "nope" in r.output and "focus-entropy" in r.output
+    r = runner.invoke(app, ["ablate", "--preset", "refinement", "--arms", "grpo",
+                            "--out", str(tmp_path / "bad2")])
+    assert r.exit_code == 2 and "--arms" in r.output
 
 
 def test_measured_budget_is_one_linear_step(micro_policy):

@@ -48,6 +48,7 @@ class Request:
     config: Path | None = None
     sets: list[str] = field(default_factory=list)
     seed: int | None = None
+    arms: str | None = None               # comma list of a preset's arms (default: all)
 
 
 @dataclass
@@ -115,6 +116,8 @@ def swept(req: Request, fixed: dict, log: Callable[[str], None]) -> tuple[list[s
     a key swept twice, and a method-specific key a method ignores are one-line errors."""
     axes: list[Axis] = []
     methods = list(PRESETS.get(req.preset).methods) if req.preset is not None else None
+    if req.arms is not None:
+        methods = list(dict.fromkeys(a.method for a in chosen_arms(req)))
     for key, text in (("algo.beta", req.beta), ("algo.kappa", req.kappa), ("algo.lam", req.lam)):
         if text is not None:
             axes.append(Axis.key(key, values(text, f"--{key.split('.')[1]}")))
@@ -158,12 +161,31 @@ def cell_configs(sweep: Sweep) -> list[RunConfig]:
     return configs
 
 
+def chosen_arms(req: Request) -> tuple:
+    """The preset's arms `--arms` names (all of them without it), in the preset's order; an
+    unknown name, or `--arms` without a preset that has arms, is a one-line error."""
+    arms = PRESETS.get(req.preset).arms if req.preset is not None else ()
+    if req.arms is None:
+        return arms
+    if not arms:
+        raise ConfigError("--arms picks among a preset's named arms: give --preset allocation")
+    names = values(req.arms, "--arms")
+    known = [a.label for a in arms]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--arms: no arm {', '.join(unknown)} in preset '{req.preset}' "
+                          f"(its arms: {', '.join(known)})")
+    return tuple(a for a in arms if a.label in names)
+
+
 def resume_command(req: Request, methods: list[str], axes: list[Axis], base_sets: list[str],
                    out: Path, budget: int | None) -> str:
     """The command that continues this sweep: same cells, seeds and budget, same --out."""
     args = ["agentrl", "ablate", "--method", ",".join(methods)]
     if req.preset:
         args += ["--preset", req.preset]
+    if req.arms:
+        args += ["--arms", req.arms]
     for a in axes if not req.preset else []:
         args += ["--grid", f"{a.name}=" + ",".join(label for label, _ in a.values)]
     args += ["--seeds", str(req.seeds)]
@@ -198,7 +220,7 @@ def prepare(req: Request, log: Callable[[str], None]) -> tuple[Sweep, RunConfig,
         axes = PRESETS.get(req.preset).axes(base) + axes
         check_sweep(methods, axes, fixed)
     out = req.out or Path("runs") / f"ablate-{time.strftime('%Y%m%d-%H%M%S')}"
-    arms = PRESETS.get(req.preset).arms if req.preset is not None else ()
+    arms = chosen_arms(req)
     sweep = Sweep(out, plan(methods, axes, arms), [base.seed + i for i in range(req.seeds)],
                   str(req.config) if req.config else None, base_sets)
     configs = cell_configs(sweep)        # a bad value: exit 2 here, before --out is made

@@ -19,6 +19,7 @@ def ablate_cmd(
     lam: Annotated[Optional[str], typer.Option("--lam", help="Sweep algo.lam (PPO, MPO), e.g. 0.6,0.8,0.85.")] = None,
     grid: Annotated[Optional[list[str]], typer.Option("--grid", help="Sweep any key: --grid algo.lam_intra=0.9,0.95 (repeatable).")] = None,
     preset: Annotated[Optional[str], typer.Option("--preset", help="A paper's ablation: refinement, workspace, compaction-style (FOCUS), turn-ratio (MPO), trace-k (TRACE); allocation (the tree methods and FOCUS's critic ladder, on an allocation-* benchmark).")] = None,
+    arms: Annotated[Optional[str], typer.Option("--arms", help="With a preset of named arms (allocation): run only these, e.g. grpo,focus,focus-oracle.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per cell (base seed, +1, ...).", min=1)] = 1,
     budget: Annotated[Optional[int], typer.Option("--budget", help="rollout.budget_tokens for every cell (default: measured, one GRPO-style step of the base config; 0: no cap).", min=0)] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Runs in parallel (subprocesses); 1 runs them here, one by one.", min=1)] = 1,
@@ -37,7 +38,7 @@ def ablate_cmd(
     console = Console()
     log = lambda s: console.print(s, highlight=False)  # noqa: E731
     req = Request(method, beta, kappa, lam, list(grid or []), preset, seeds, budget, jobs, out,
-                  steps, benchmark, env, config, list(set_ or []), seed)
+                  steps, benchmark, env, config, list(set_ or []), seed, arms)
     try:
         res = ablate(req, log)
     except Interrupted as e:
