@@ -16,8 +16,9 @@ reference method on the same seeds (mean ± its standard error, std / sqrt(seeds
 verdict it gives (ahead / behind when the difference exceeds its standard error, else level),
 the same paired difference at the last check,
 generated tokens per training step, the share of a step's groups (GRPO groups, a task's tree)
-whose outcomes differ (mixed-outcome groups: those with a learning signal), generated tokens
-per held-out question at the last check,
+whose outcomes differ (mixed-outcome groups: those with a learning signal), where a tree
+method launched its continuations (the share at depth 0, the root before the first decision, at
+depth 1 and deeper), generated tokens per held-out question at the last check,
 seconds per training step (the step's own time, checks excluded) and the mean standard error
 of one check (task-clustered, when the run logged it). `--checks LO-HI` takes the mean of
 checks (and its paired difference) over the checks at steps LO to HI only.
@@ -57,10 +58,37 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
             "mixed": statistics.mean(1 - r["rollout/zero_spread_groups"] for r in steps
                                      if "rollout/zero_spread_groups" in r) if any(
                 "rollout/zero_spread_groups" in r for r in steps) else None,
+            "depths": launch_depths(steps),
             "summary": summary, "steps": summary.get("steps", last),
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
             "se": statistics.mean(r["eval/success_se"] for r in checks.values())
             if all("eval/success_se" in r for r in checks.values()) else None}
+
+
+def launch_depths(steps: list[dict]) -> dict[int, float] | None:
+    """The mean share of a step's continuations launched at each depth (0: the root, before
+    the first decision; a tree method's `focus/launch_share_depth*`), over the steps; None for
+    a run that launches none (a linear method)."""
+    shares = defaultdict(float)
+    n = 0
+    for r in steps:
+        row = {int(k.removeprefix("focus/launch_share_depth")): v for k, v in r.items()
+               if k.startswith("focus/launch_share_depth")}
+        if row:
+            n += 1
+            for d, v in row.items():
+                shares[d] += v
+    return {d: shares[d] / n for d in sorted(shares)} if n else None
+
+
+def depth_cell(rs: list[dict]) -> str:
+    """Continuations by depth over a method's seeds: `d0 .40 d1 .35 d2+ .25`."""
+    rows = [r["depths"] for r in rs if r["depths"]]
+    if not rows:
+        return "–"
+    mean = lambda d: statistics.mean(row.get(d, 0.0) for row in rows)  # noqa: E731
+    deep = statistics.mean(sum(v for k, v in row.items() if k >= 2) for row in rows)
+    return f"d0 {mean(0):.2f} d1 {mean(1):.2f} d2+ {deep:.2f}"
 
 
 def paired(runs: list[dict], ref: list[dict], key: str = "mean_checks") -> tuple[float, float, int] | None:
@@ -86,7 +114,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
         by[r["label"]].append(r)
     head = ["method", "seeds", "mean of checks", "final - base (points)",
             f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
-            "gen. tokens / step", "mixed-outcome groups",
+            "gen. tokens / step", "mixed-outcome groups", "continuations by depth",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
@@ -105,6 +133,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
             "–" if last is None else f"{100 * last[0]:+.1f} ± {100 * last[1]:.1f}",
             _ms([r["tokens_per_step"] for r in rs], digits=0),
             _ms([r["mixed"] for r in rs], digits=2) if all(r["mixed"] is not None for r in rs) else "–",
+            depth_cell(rs),
             _ms([r["tpq"] for r in rs], digits=1),
             _ms([r["s_per_step"] for r in rs], digits=2),
             f"{statistics.mean(ses):.3f}" if ses else "–"]) + " |")

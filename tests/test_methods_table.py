@@ -58,8 +58,9 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     row = next(x for x in lines if x.startswith("| `a`"))
     assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
     c_row = next(x for x in lines if x.startswith("| `c`")).split(" | ")
-    assert c_row[10] == "3.00 ± 0.00"
+    assert c_row[11] == "3.00 ± 0.00"
     assert c_row[8] == "–"        # runs that logged no rollout/zero_spread_groups: no mixed share
+    assert c_row[9] == "–"        # a linear method launches no continuations
     assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
 
@@ -121,3 +122,19 @@ def test_the_mixed_outcome_share_is_the_mean_over_steps_of_groups_with_a_signal(
     assert sorted(r["mixed"] for r in runs) == [0.5, 0.75]
     row = next(x for x in mt.table(runs, "grpo") if x.startswith("| `grpo`")).split(" | ")
     assert row[8] == "0.62 ± 0.18"
+
+
+def test_continuations_by_depth_average_over_steps_and_seeds(tmp_path):
+    for seed, rows in enumerate([[{0: 0.5, 1: 0.5}, {0: 1.0}], [{0: 0.25, 2: 0.5, 3: 0.25}]]):
+        run = _run(tmp_path, "focus", seed, [0.1] * (len(rows) + 1))
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        out = [lines[0]]
+        for line, shares in zip(lines[1:], rows):
+            r = json.loads(line)
+            r.update({f"focus/launch_share_depth{d}": v for d, v in shares.items()})
+            out.append(json.dumps(r))
+        (run / "metrics.jsonl").write_text("\n".join(out) + "\n")
+    runs = [mt.load_run(p) for p in mt.runs_under([tmp_path])]
+    assert runs[0]["depths"] == {0: 0.75, 1: 0.25}
+    # seed 0: d0 .75 d1 .25; seed 1: d0 .25 d1 0 d2+ .75
+    assert mt.depth_cell(runs) == "d0 0.50 d1 0.12 d2+ 0.38"
