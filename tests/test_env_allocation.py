@@ -56,8 +56,8 @@ def test_registered_options_and_bad_values():
     assert isinstance(spec.make(), TextEnv) and spec.reward_range == (0.0, 1.0)
     assert len(spec.make().system_prompt.split()) <= 25
     assert set(ENVS.get("allocation").options) == {
-        "horizon", "decisive", "width", "ambiguity", "recoverable", "late_noise", "n_train",
-        "n_eval", "max_turns", "call_cost"}
+        "horizon", "decisive", "width", "ambiguity", "recoverable", "late_noise", "files",
+        "n_train", "n_eval", "max_turns", "call_cost"}
     s2 = make(seed=1, horizon=5, decisive=3, width=3, ambiguity=1, n_train=30, n_eval=7,
               max_turns=9)
     assert len(s2.tasks("train")) == 30 and len(s2.tasks("eval")) == 7
@@ -65,7 +65,8 @@ def test_registered_options_and_bad_values():
     assert {t.meta["hops"] for t in s2.tasks("train")} == {5}
     for bad in ({"horizon": 0}, {"horizon": 9}, {"decisive": 5}, {"width": 1}, {"width": 10},
                 {"ambiguity": 5}, {"ambiguity": 0}, {"late_noise": 1.0}, {"late_noise": -0.1},
-                {"recoverable": "maybe"}, {"max_turns": 4}, {"n_eval": -1}, {"horizon": 2.5}):
+                {"recoverable": "maybe"}, {"max_turns": 4}, {"n_eval": -1}, {"horizon": 2.5},
+                {"files": 0}, {"files": 5}):
         with pytest.raises(ConfigError):
             make(**bad)
     with pytest.raises(TypeError):
@@ -348,9 +349,31 @@ def test_the_value_after_a_wrong_choice_is_the_success_rate_of_recovery():
         assert abs(sum(wins) / len(wins) - expect) < 0.035, (max_turns, sum(wins) / len(wins))
 
 
+def test_files_sets_the_leaf_listings_and_leaves_the_default_tasks_as_they_were():
+    base = make(horizon=3, decisive=1, n_train=50, n_eval=5)
+    same = make(horizon=3, decisive=1, n_train=50, n_eval=5, files=4)
+    assert [t.meta for t in base.tasks("train")] == [t.meta for t in same.tasks("train")]
+    one = make(horizon=3, decisive=1, n_train=400, n_eval=5, files=1)
+    for t in one.tasks("train"):
+        m = t.meta
+        assert m["leaf"] == [m["file"]] and m["gold_file"] == 1
+        assert all(w is None or (len(w) == 1 and w != [m["file"]]) for w in m["wrong_leaves"])
+    # the answer needs no reading: a right decisive pick then anything succeeds but for the
+    # noise; so picking the decisive entry at random succeeds (1 - noise) / width
+    env, rng, wins = one.make(), random.Random(0), []
+    for t in one.tasks("train"):
+        env.reset(t)
+        for _ in range(3):
+            env.step(f"cd({rng.randint(1, 4)})")
+        wins.append(bool(env.step("answer(1)").info["success"]))
+    assert abs(sum(wins) / len(wins) - 0.9 / 4) < 0.05
+    roots, _, wins = play(one, one.tasks("train"), random.Random(1))
+    assert abs(sum(wins) / len(wins) - one.root_value()) < 0.05
+
+
 # ------------------------------------------------------------------------------ check-env
 @pytest.mark.parametrize("options", [{}, {"recoverable": True, "horizon": 5, "decisive": 2,
-                                          "late_noise": 0.5, "max_turns": 16}])
+                                          "late_noise": 0.5, "max_turns": 16}, {"files": 1}])
 def test_check_env_passes(options):
     report = check_env(lambda s: make(seed=s, n_train=40, n_eval=10, **options), seed=0,
                        max_turns=options.get("max_turns", 12))

@@ -36,7 +36,9 @@ the top are error observations; the episode goes on (truncated after `max_turns`
 Options (`make_allocation_spec`): horizon (folder decisions, 1-8), decisive (which one matters,
 1..horizon), width (entries per folder, 2-9), ambiguity (decisive entries matching the issue,
 1..width: a perfect reader still guesses among them), recoverable (the `back()` tool),
-late_noise (probability in [0, 1) that a correct answer still fails), n_train, n_eval,
+late_noise (probability in [0, 1) that a correct answer still fails), files (files listed at a
+leaf, 1..width, default width: with 1 the answer needs no reading, only the decisive choice
+does), n_train, n_eval,
 max_turns, call_cost (`CallEnv`'s: a correct answer earns 1 less this per message before it).
 
 The late noise is independent of the agent's reading: a correct answer fails when
@@ -140,7 +142,7 @@ def level_dirs(level: int, width: int) -> list[str]:
 
 
 def _task(split: str, i: int, key: str, horizon: int, decisive: int, width: int,
-          ambiguity: int) -> Task:
+          ambiguity: int, files: int) -> Task:
     rng = random.Random(f"allocation-task-{key}")
     area = rng.choice(_AREAS)
     others = rng.sample([a for a in _AREAS if a != area], width - ambiguity)
@@ -155,10 +157,10 @@ def _task(split: str, i: int, key: str, horizon: int, decisive: int, width: int,
               for level in range(1, horizon + 1)]
     word = rng.choice(_FILES)
     rest = [f for f in _FILES if f != word]
-    leaf = rng.sample(rest, width - 1)
-    gold_file = rng.randint(1, width)
+    leaf = rng.sample(rest, files - 1)
+    gold_file = rng.randint(1, files)
     leaf.insert(gold_file - 1, word)
-    wrong_leaves = [None if c == gold else [f + ".py" for f in rng.sample(rest, width)]
+    wrong_leaves = [None if c == gold else [f + ".py" for f in rng.sample(rest, files)]
                     for c in range(1, width + 1)]
     noise_seed = rng.getrandbits(32)
     meta = {"hops": horizon, "horizon": horizon, "decisive": decisive, "width": width,
@@ -172,10 +174,12 @@ def _task(split: str, i: int, key: str, horizon: int, decisive: int, width: int,
 
 @functools.lru_cache(maxsize=16)
 def _tasks(seed: int, horizon: int, decisive: int, width: int, ambiguity: int, n_train: int,
-           n_eval: int) -> dict[str, tuple[Task, ...]]:
-    shape = f"{horizon}-{decisive}-{width}-{ambiguity}"
+           n_eval: int, files: int | None = None) -> dict[str, tuple[Task, ...]]:
+    files = width if files is None else files
+    # files == width keeps the tasks drawn before the option existed
+    shape = f"{horizon}-{decisive}-{width}-{ambiguity}" + (f"-f{files}" if files != width else "")
     return {split: tuple(_task(split, i, f"{seed}-{split}-{i}-{shape}", horizon, decisive,
-                               width, ambiguity) for i in range(n))
+                               width, ambiguity, files) for i in range(n))
             for split, n in (("train", n_train), ("eval", n_eval))}
 
 
@@ -416,7 +420,7 @@ def _expert_action(env: AllocationEnv, rng: random.Random, error_rate: float) ->
     if depth == horizon:
         if env.on_track():
             return f"answer({name(m['gold_file'])})"
-        return "back()" if env.recoverable else f"answer({name(rng.randint(1, width))})"
+        return "back()" if env.recoverable else f"answer({name(rng.randint(1, len(entries)))})"
     if depth >= d and env.recoverable and env.known_wrong():
         return "back()"
     if depth != d - 1:
@@ -437,7 +441,7 @@ class AllocationSpec:
     def __init__(self, seed: int = 0, horizon: int = 4, decisive: int = 1, width: int = 4,
                  ambiguity: int = 2, recoverable: bool = False, late_noise: float = 0.1,
                  n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
-                 call_cost: float = 0.0):
+                 call_cost: float = 0.0, files: int | None = None):
         def whole(name: str, v: Any) -> int:
             if isinstance(v, bool) or not isinstance(v, int) and not (
                     isinstance(v, float) and v.is_integer()):
@@ -447,6 +451,7 @@ class AllocationSpec:
         horizon, decisive, width = whole("horizon", horizon), whole("decisive", decisive), \
             whole("width", width)
         ambiguity, max_turns = whole("ambiguity", ambiguity), whole("max_turns", max_turns)
+        files = width if files is None else whole("files", files)
         n_train, n_eval = whole("n_train", n_train), whole("n_eval", n_eval)
         if not 1 <= horizon <= MAX_HORIZON:
             raise ConfigError(f"allocation: env.horizon must be in 1..{MAX_HORIZON}, got {horizon}")
@@ -458,6 +463,8 @@ class AllocationSpec:
         if not 1 <= ambiguity <= width:
             raise ConfigError(f"allocation: env.ambiguity must be in 1..width ({width}), "
                               f"got {ambiguity}")
+        if not 1 <= files <= width:
+            raise ConfigError(f"allocation: env.files must be in 1..width ({width}), got {files}")
         if isinstance(recoverable, str) and recoverable.lower() in ("true", "false"):
             recoverable = recoverable.lower() == "true"
         if not isinstance(recoverable, bool):
@@ -472,6 +479,7 @@ class AllocationSpec:
             raise ConfigError("allocation: env.n_train and env.n_eval must be non-negative")
         self.seed, self.horizon, self.decisive, self.width = int(seed), horizon, decisive, width
         self.ambiguity, self.recoverable, self.late_noise = ambiguity, recoverable, float(late_noise)
+        self.files = files
         self.n_train, self.n_eval, self.max_turns = n_train, n_eval, max_turns
         self.call_cost = check_call_cost(call_cost)
         self.tool_schemas = _tool_schemas(recoverable)
@@ -483,7 +491,7 @@ class AllocationSpec:
         if split not in ("train", "eval"):
             raise ConfigError(f"unknown split '{split}'; valid: train, eval")
         all_tasks = _tasks(self.seed, self.horizon, self.decisive, self.width, self.ambiguity,
-                           self.n_train, self.n_eval)[split]
+                           self.n_train, self.n_eval, self.files)[split]
         return list(all_tasks if n is None else all_tasks[:n])
 
     def root_value(self) -> float:
@@ -501,11 +509,11 @@ class AllocationSpec:
 
 
 @env_factory("allocation", ("horizon", "decisive", "width", "ambiguity", "recoverable",
-                             "late_noise", "n_train", "n_eval", "max_turns", "call_cost"))
+                             "late_noise", "files", "n_train", "n_eval", "max_turns", "call_cost"))
 def make_allocation_spec(seed: int = 0, **options: Any) -> AllocationSpec:
     """Registry factory. Options: horizon (1-8), decisive (1..horizon), width (2-9),
-    ambiguity (1..width), recoverable, late_noise ([0, 1)), n_train, n_eval, max_turns,
-    call_cost."""
+    ambiguity (1..width), recoverable, late_noise ([0, 1)), files (1..width), n_train, n_eval,
+    max_turns, call_cost."""
     return AllocationSpec(seed, **options)
 
 
