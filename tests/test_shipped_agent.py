@@ -15,8 +15,8 @@ from agentrl_cli.models.loading import tiny_recipe
 
 from conftest import MICRO
 
-SHIPPED = {"search": None, "search-long": "search-long", "allocation-early": "allocation-early",
-           "allocation-late": "allocation-late"}    # shipped folder -> --benchmark
+SHIPPED = {"search": None, "search-long": "search-long",
+           "allocation-early": "allocation-early"}    # shipped folder -> --benchmark
 
 
 def test_a_call_cost_loads_the_same_build():
