@@ -138,3 +138,22 @@ def test_continuations_by_depth_average_over_steps_and_seeds(tmp_path):
     assert runs[0]["depths"] == {0: 0.75, 1: 0.25}
     # seed 0: d0 .75 d1 .25; seed 1: d0 .25 d1 0 d2+ .75
     assert mt.depth_cell(runs) == "d0 0.50 d1 0.12 d2+ 0.38"
+
+
+def test_the_allocation_map_pairs_each_arm_with_grpo_and_draws_its_figure(tmp_path):
+    spec = importlib.util.spec_from_file_location("allocation_map", ROOT / "benchmarks" / "allocation_map.py")
+    am = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(am)
+    for seed in range(3):
+        _run(tmp_path, "grpo", seed, [0.2, 0.3, 0.4], zero=[0.5, 0.5])
+        _run(tmp_path, "focus", seed, [0.2, 0.35 + 0.01 * seed, 0.45], zero=[0.3, 0.3])
+    dirs = am.mt.runs_under([tmp_path])
+    runs = [am.mt.load_run(p) for p in dirs]
+    (gain, se, n), = am.gains(runs, "grpo").values()
+    # focus - grpo per seed: +0.05, +0.055, +0.06 (mean of checks over steps 1, 2)
+    assert n == 3 and abs(gain - 5.5) < 1e-9 and abs(se - 0.5 / 3 ** 0.5) < 1e-9
+    cur = am.curves(dirs)
+    assert cur["grpo"][2] == [0.4, 0.4, 0.4] and len(cur["focus"][0]) == 3
+    out = tmp_path / "map.png"
+    am.plot(dirs, "grpo", out, "t")
+    assert out.read_bytes()[:4] == b"\x89PNG"
