@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -164,3 +165,39 @@ def test_the_oracle_rung_needs_an_env_that_computes_it():
         check_names(cfg)
     check_names(config.load(sets=MICRO + ["env.name=allocation", "env.max_turns=6", "algo.focus_critic=oracle"],
                             method="focus"))
+
+
+# ------------------------------------------------------------------ the cold and pretrained rungs
+def test_the_cold_and_pretrained_rungs_start_the_critic_as_they_say(tmp_path):
+    """The shipped allocation agent carries a head fitted on its base policy's Monte-Carlo
+    returns: learned and pretrained start from it, cold leaves it out; pretrained on a folder
+    without one is a one-line error, never a silent cold start."""
+    from safetensors.torch import load_file
+
+    from agentrl_cli.models.tiny import VALUE_HEAD
+    from agentrl_cli.train.learner import initial_critic
+    from agentrl_cli.train.preflight import load_config
+    from agentrl_cli.train.tiny_build import load_policy
+
+    def critic(rung, path=None):
+        cfg = load_config(None, [f"algo.focus_critic={rung}"], "allocation-early", method="focus")
+        model, _, _, found = load_policy(cfg, log=lambda s: None)
+        said = []
+        c = initial_critic(cfg, model, str(path or found), said.append)
+        return c, said, Path(found)
+
+    learned, said, folder = critic("learned")
+    fitted = load_file(str(folder / VALUE_HEAD))
+    assert torch.equal(learned.weight, fitted["weight"]) and any("starts from" in s for s in said)
+    pretrained, _, _ = critic("pretrained")
+    assert torch.equal(pretrained.weight, fitted["weight"])
+    cold, said, _ = critic("cold")
+    assert not torch.equal(cold.weight, fitted["weight"]) and any("left out" in s for s in said)
+    bare = tmp_path / "no-head"
+    bare.mkdir()
+    for f in folder.iterdir():
+        if f.name != VALUE_HEAD:
+            (bare / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(ConfigError, match="pretrained"):
+        critic("pretrained", bare)
+    assert not torch.equal(critic("learned", bare)[0].weight, fitted["weight"])   # cold, as before

@@ -187,7 +187,7 @@ class AlgoConfig:
     focus_allocator: str = "focus"
     """FOCUS: continuation allocator: focus (largest gain) | uniform | random | raw-residual (|v - cbar|) | entropy (the state whose next turn the policy sampled with the most surprise, TreeRL / ARPO's branching rule), or your own: FILE.py:NAME (its path recorded absolute), module:NAME or an installed `agentrl.allocators` entry point, a function `fn(candidates, ctx) -> node or None` with `ctx.algo`, `ctx.rng`, `ctx.trees` (docs/methods.md, "Your own allocator")."""
     focus_critic: str = "learned"
-    """FOCUS: the node values V(s) the allocator and credit read: learned (the trainer's critic, as in the paper: warm from the tiny build's fitted head where it has one, trained with RL) | oracle (the env's own success probability of the state, `env.oracle_value()`, for an env that can compute it, e.g. `allocation`: the critic ladder's top rung, docs/methods.md)."""
+    """FOCUS: the node values V(s) the allocator and credit read (the critic ladder, docs/methods.md): learned (the trainer's critic, as in the paper: warm from the tiny build's fitted head where it has one, trained with RL) | cold (the same critic started cold: a fitted head in the model folder is left out) | pretrained (as learned, but a model folder without a head fitted on the base policy's Monte-Carlo returns on this env is a one-line error instead of a cold start) | oracle (the env's own success probability of the state, `env.oracle_value()`, for an env that can compute it, e.g. `allocation`: the critic ladder's top rung, docs/methods.md)."""
     focus_gain: str = "plugin"
     """FOCUS: gain of one more continuation: plugin (MSE drop at p = cbar) | bayes (posterior-variance drop)."""
     focus_baseline: str = "refined"

@@ -17,6 +17,7 @@ import torch
 
 from .. import losses
 from ..config import RunConfig, step_seed
+from ..errors import ConfigError
 from ..methods import METHODS
 from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
 from ..models.loading import load_critic_model
@@ -54,6 +55,8 @@ def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
             if own else None)
     critic = build_critic(cfg.model.critic, model, base)
     warm = Path(model_path) / VALUE_HEAD if model_path else None
+    rung = cfg.algo.focus_critic          # the critic ladder (docs/methods.md): cold, pretrained
+    loaded = False
     # the tiny build's fitted critic (on the policy's features), for the recipes it was fitted for
     if (warm is not None and warm.is_file() and recipe.warm_critic and not own
             and cfg.algo.estimator == recipe.defaults.get("algo.estimator")):
@@ -61,11 +64,20 @@ def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
         if other:                         # fitted on another world: its values mean nothing here
             log(f"critic: the value head in {warm.parent} was fitted on another env "
                 f"({'; '.join(other[:3])}): starting a cold critic")
+        elif rung == "cold":
+            log(f"critic: algo.focus_critic=cold: the value head in {warm.parent} is left out")
         else:
             from safetensors.torch import load_file
 
             load_head_state(critic, load_file(str(warm)))
+            loaded = True
             log(f"critic: value head starts from {warm}")
+    if rung == "pretrained" and not loaded:
+        raise ConfigError(
+            f"algo.focus_critic=pretrained starts from a value head fitted on the base policy's "
+            f"Monte-Carlo returns on this env ({VALUE_HEAD} in the model folder, as `agentrl "
+            f"build-tiny` writes it); {model_path or 'the model'} has none that fits "
+            f"{cfg.method} on env '{cfg.env.name}': use algo.focus_critic=learned or cold")
     if is_separate(critic):
         log("critic: a separate model (" + (f"from {cfg.model.critic_path}" if own else
                                             "a copy of the initial policy") + ") + value head")
