@@ -390,7 +390,7 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
 def not_reached(recipe: TinyRecipe, best: float, step: int) -> str:
     """The one warning of a warm-up whose checks never reached `target_success`, with what to
     try (docs/your-env.md, "A starting agent from your expert")."""
-    return (f"tiny: warning: no check reached the target dev success {recipe.target_success:.2f} "
+    return (f"tiny: warning: no check reached dev success {recipe.target_success:.2f} "
             f"in {recipe.max_steps} warm-up steps (best {best:.2f}, step {step}); the build keeps "
             f"that checkpoint. To try: more training tasks (env.n_train: a small split is learnt "
             f"by heart), actions that name or number something in the observation instead of "
