@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,8 +16,11 @@ from agentrl_cli.models.loading import tiny_recipe
 
 from conftest import MICRO
 
-SHIPPED = {"search": None, "search-long": "search-long",
-           "allocation-early": "allocation-early"}    # shipped folder -> --benchmark
+ROOT = Path(__file__).resolve().parents[1]
+# shipped folder -> (--benchmark, --config) of the recipe it is the build of
+SHIPPED = {"search": (None, None), "search-long": ("search-long", None),
+           "allocation-early": ("allocation-early", None),
+           "math": (None, ROOT / "experiments" / "focus-math-cpu.yaml")}
 
 
 def test_a_call_cost_loads_the_same_build():
@@ -29,12 +33,13 @@ def test_a_call_cost_loads_the_same_build():
     assert load_config(None, None, "search-long-compaction").env.call_cost == 0.05
 
 
-@pytest.mark.parametrize("folder,benchmark", sorted(SHIPPED.items()))
-def test_the_shipped_build_is_the_recipe_in_code(folder, benchmark):
-    recipe = tiny_recipe(load_config(None, None, benchmark))
+@pytest.mark.parametrize("folder", sorted(SHIPPED))
+def test_the_shipped_build_is_the_recipe_in_code(folder):
+    benchmark, config = SHIPPED[folder]
+    recipe = tiny_recipe(load_config(config, None, benchmark))
     shipped = json.loads((tiny.SHIPPED / folder / "recipe.json").read_text())
     # every field by name, so a changed default says which one differs (then rebuild and ship:
-    # agentrl build-tiny [--benchmark B] --out agentrl_cli/models/shipped/<folder>)
+    # agentrl build-tiny [--benchmark B | --config C] --out agentrl_cli/models/shipped/<folder>)
     assert shipped["recipe"] == recipe.flat()
     assert shipped["key"] == recipe.key()
     assert tiny.shipped_path(recipe) == tiny.SHIPPED / folder
