@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # shipped folder -> (--benchmark, --config) of the recipe it is the build of
 SHIPPED = {"search": (None, None), "search-long": ("search-long", None),
            "allocation-early": ("allocation-early", None),
-           "math": (None, ROOT / "experiments" / "focus-math-cpu.yaml")}
+           "math": (None, ROOT / "experiments" / "focus-math-cpu.yaml"),
+           "rules": (None, ROOT / "experiments" / "focus-deonticbench-cpu.yaml")}
 
 
 def test_a_call_cost_loads_the_same_build():
