@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {"search": (None, None), "search-long": ("search-long", None),
            "allocation-early": ("allocation-early", None),
            "math": (None, ROOT / "experiments" / "focus-math-cpu.yaml"),
-           "rules": (None, ROOT / "experiments" / "focus-deonticbench-cpu.yaml")}
+           "rules": (None, ROOT / "experiments" / "focus-deonticbench-cpu.yaml"),
+           "locate": (None, ROOT / "experiments" / "focus-locbench-cpu.yaml")}
 
 
 def test_a_call_cost_loads_the_same_build():
