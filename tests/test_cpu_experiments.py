@@ -18,11 +18,18 @@ CPU = sorted((ROOT / "experiments").glob("*-cpu.yaml"))
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("path", CPU, ids=lambda p: p.stem)
-def test_a_cpu_experiment_loads_a_shipped_agent(path):
+def shipped_agent(path: Path) -> Path:
+    """The shipped build an experiment file's tiny recipe loads; fails the test when none ships
+    (a step would build it first)."""
     recipe = tiny_recipe(load_config(path, None))
     folder = tiny.shipped_path(recipe)
     assert folder is not None, f"{path.name}: no shipped build of recipe {recipe.key()} ({recipe.env})"
+    return folder
+
+
+@pytest.mark.parametrize("path", CPU, ids=lambda p: p.stem)
+def test_a_cpu_experiment_loads_a_shipped_agent(path):
+    folder = shipped_agent(path)
     built = json.loads((folder / "recipe.json").read_text())
     # the agent starts with room above it and below it
     assert 0.15 <= built["base_success"] <= 0.5, (folder.name, built["base_success"])
@@ -31,8 +38,7 @@ def test_a_cpu_experiment_loads_a_shipped_agent(path):
 @pytest.mark.parametrize("path", CPU, ids=lambda p: p.stem)
 def test_a_cpu_experiment_runs_a_step_as_written(path, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
-    if tiny.shipped_path(tiny_recipe(load_config(path, None))) is None:
-        pytest.fail(f"{path.name}: its tiny agent does not ship (a step would build it first)")
+    shipped_agent(path)
     out = tmp_path / "run"
     r = runner.invoke(app, ["train", "--config", str(path), "--out", str(out),
                             "--set", "train.steps=1", "--set", "train.eval_every=0",
