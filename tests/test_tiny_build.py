@@ -89,3 +89,36 @@ def test_a_warm_up_that_never_reaches_its_target_says_so(micro_policy, monkeypat
         assert not [s for s in said if "warning" in s]
     finally:
         model.load_state_dict(saved)
+
+
+def test_a_check_far_above_the_target_goes_back_to_a_snapshot_in_the_band(micro_policy, monkeypatch):
+    """A small env learnt in a few steps: the stopping check is above the ceiling (0.5), so the
+    warm-up bisects the snapshots since the check before and keeps the one nearest
+    [target_success, 0.5]; when none is under the ceiling it keeps the earliest and says what to
+    try."""
+    model, _, fmt, spec = micro_policy
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        recipe = TinyRecipe(max_steps=10, eval_start=8, eval_every=8, batch_size=4, target_success=0.3)
+        # snapshots at steps 1-7; the check at 8 gives 0.9, then the bisection asks step 4
+        # (0.7: too good), step 2 (0.2: too weak), step 3 (0.4: in the band)
+        weight = _scripted(monkeypatch, model, [0.9, 0.7, 0.2, 0.4])
+        said = []
+        step, dev, history = _warm_up(model, fmt, spec, recipe, said.append)
+        assert (step, dev) == (3, 0.4) and float(weight.detach().view(-1)[0]) == 3.0
+        assert [h["step"] for h in history] == [8, 4, 2, 3]
+        assert any("above 0.50" in s for s in said) and not any("note" in s for s in said)
+        # every snapshot too good: the earliest asked is kept, with the one line of what to try
+        weight = _scripted(monkeypatch, model, [0.9, 0.8, 0.7, 0.6])
+        said.clear()
+        step, dev, _ = _warm_up(model, fmt, spec, recipe, said.append)
+        assert (step, dev) == (1, 0.6) and float(weight.detach().view(-1)[0]) == 1.0
+        note, = [s for s in said if "note" in s]
+        assert "model.tiny_error_rate" in note
+        # a target above the ceiling is the user's: the check that reaches it is kept
+        weight = _scripted(monkeypatch, model, [0.9])
+        step, dev, history = _warm_up(model, fmt, spec, TinyRecipe(
+            max_steps=10, eval_start=8, eval_every=8, batch_size=4, target_success=0.8))
+        assert (step, dev, len(history)) == (8, 0.9, 1)
+    finally:
+        model.load_state_dict(saved)

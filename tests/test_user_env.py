@@ -89,6 +89,44 @@ def test_the_example_passes_check_env():
     assert "scripted expert: none" in res.output
 
 
+KEYDOOR = ROOT / "examples" / "keydoor_env.py"
+
+
+def test_the_keydoor_example_has_an_expert_that_gets_out_where_random_play_rarely_does():
+    """The example with a scripted expert (docs/your-env.md, "A starting agent from your
+    expert"): it passes check-env, its expert always gets out, a random player seldom does, and
+    the exit opens only with the lock's key."""
+    import importlib.util
+    import random
+
+    res = runner.invoke(app, ["check-env", f"{KEYDOOR}:make"])
+    assert res.exit_code == 0, res.output
+    assert "scripted expert: yes" in res.output
+    s = importlib.util.spec_from_file_location("keydoor_for_test", KEYDOOR)
+    kd = importlib.util.module_from_spec(s)
+    s.loader.exec_module(kd)
+    spec = kd.make()
+
+    def success(error_rate):
+        rng, wins = random.Random(0), 0
+        for task in spec.tasks("eval"):
+            env = spec.make()
+            env.reset(task)
+            while not env.done:
+                r = env.step(spec.expert(env, rng, error_rate))
+            wins += r.reward
+        return wins / len(spec.tasks("eval"))
+
+    assert success(0.0) == 1.0
+    assert success(1.0) < 0.3
+    env = spec.make()
+    env.reset(spec.tasks("train")[0])
+    exit_door = len(env.doors())
+    r = env.step(f"go({exit_door})")
+    assert r.reward == 0.0 and "locked" in r.observation and not env.done
+    assert env.step("open the door").info["error"]
+
+
 def test_a_broken_fork_fails_check_env_and_focus_refuses_it(broken, model_dir, tmp_path):
     res = runner.invoke(app, ["check-env", f"{broken}:make"])
     assert res.exit_code == 2, res.output

@@ -12,7 +12,9 @@ The warm-up runs a cosine learning-rate schedule over `max_steps` (annealing gav
 final models than a constant rate) and, from `eval_start`, checks success (sampled, temperature
 1) on `dev_tasks` training questions that the demonstrations leave out; it stops at the first
 check that reaches `target_success` and otherwise keeps the best checkpoint (the later one on a
-tie). Why: the model learns to read the question's relation late and abruptly (dev success
+tie). A stopping check above `CEILING` (0.5: RL needs room above the start) goes back to the
+snapshots taken since the check before (every eighth of a check interval; at most 32 before the
+first check), bisects them and keeps the one nearest the band [target_success, 0.5]: a small env is learnt in a few hundred steps. Why the check: the model learns to read the question's relation late and abruptly (dev success
 0.1 -> 0.3-0.5 within a few hundred steps), and *when* depends on float rounding, so the same
 recipe gave held-out success 0.10 on one 2-core machine and 0.20 on another when it kept a
 fixed last step; training until a check reaches `target_success` gives every machine a model just
@@ -45,6 +47,10 @@ from ..models.tiny import (TinyRecipe, VALUE_HEAD, cache_path, is_built, make_mo
                            tiny_path, train_tokenizer)
 
 BUILD_THREADS = 2
+# a starting agent above this dev success leaves RL little room: a warm-up whose stopping check
+# passes it goes back to a snapshot since the check before (`_walk_back`)
+CEILING = 0.5
+SNAPSHOTS = 32        # at most this many snapshots before the first check
 BUILD_LOCK = ".building"      # held (flock) by a live builder inside its temp folder
 _BUILD_TMP = re.compile(r"^tiny-[^.]+\.[a-z0-9_]{8}$")
 
@@ -352,11 +358,14 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
              rng: random.Random, gen: torch.Generator, log: Callable[[str], None]):
     """The supervised warm-up -> (kept step, its dev success, the checks' history); the model
     ends holding the kept checkpoint (the best dev check, the later on a tie; the last step
-    without dev tasks)."""
+    without dev tasks). A check that stops the warm-up above `CEILING` walks back through the
+    snapshots taken since the check before it (`_walk_back`)."""
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
     t0 = time.time()
     history = []
     best = (-1.0, 0, None)          # (dev success, step, state)
+    since: list[tuple[int, dict]] = []   # snapshots since the last check, for `_walk_back`
+    every = max(1, recipe.eval_every // 8, recipe.eval_start // SNAPSHOTS)
     step = 0
     for step in range(1, recipe.max_steps + 1):
         lr = recipe.lr * min(1.0, step / 20) * _decay(recipe, step)
@@ -374,9 +383,15 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
             history.append({"step": step, "loss": float(loss.detach()), "dev_success": success})
             log(f"tiny: warm-up step {step} loss {float(loss.detach()):.3f} dev success {success:.2f}")
             if success >= best[0]:
-                best = (success, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                best = (success, step, _state(model))
             if success >= recipe.target_success:
+                if success > CEILING > recipe.target_success:
+                    best = _walk_back(recipe, model, engine, fmt, spec, dev_tasks, gen, best,
+                                      since, history, log)
                 break
+            since = []
+        elif dev_tasks and step % every == 0:
+            since.append((step, _state(model)))
     if best[2] is None:
         return step, None, history
     model.load_state_dict(best[2])
@@ -385,6 +400,44 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
     if best[0] < recipe.target_success:
         log(not_reached(recipe, best[0], best[1]))
     return best[1], best[0], history
+
+
+def _state(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _band_distance(recipe: TinyRecipe, success: float) -> float:
+    """How far a dev success lies outside [target_success, CEILING] (0 inside)."""
+    return max(recipe.target_success - success, success - CEILING, 0.0)
+
+
+def _walk_back(recipe: TinyRecipe, model, engine, fmt, spec, dev_tasks, gen, best, since,
+               history, log):
+    """The stopping check overshot `CEILING`: an env learnt in a few hundred steps leaves RL no
+    room. Bisect the snapshots `since` the previous check for the latest one at or under the
+    ceiling (success grows with the steps, roughly) and keep the checked state nearest the band
+    [target_success, CEILING] (the later on a tie). The caller loads the kept state."""
+    log(f"tiny: dev success {best[0]:.2f} at step {best[1]} is above {CEILING:.2f}: checking "
+        f"the snapshots since the check before")
+    kept, lo, hi = best, 0, len(since) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        step, state = since[mid]
+        model.load_state_dict(state)
+        success = _success(model, engine, fmt, spec, dev_tasks, recipe.dev_samples, recipe, gen)
+        history.append({"step": step, "dev_success": success, "walk_back": True})
+        log(f"tiny: warm-up step {step} dev success {success:.2f}")
+        d, d_kept = _band_distance(recipe, success), _band_distance(recipe, kept[0])
+        if d < d_kept or d == d_kept and step > kept[1]:
+            kept = (success, step, state)
+        if success <= CEILING:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if kept[0] > CEILING:
+        log(f"tiny: note: the warm-up passed dev success {CEILING:.2f} by step {kept[1]}; for a "
+            f"weaker start raise model.tiny_error_rate (the demonstrator's mistakes)")
+    return kept
 
 
 def not_reached(recipe: TinyRecipe, best: float, step: int) -> str:
