@@ -191,3 +191,25 @@ def test_other_pages_quote_the_records_budgets():
     assert f"budget ({long_budget:,} generated tokens" in (ROOT / "docs" / "envs.md").read_text()
     main_budget = recs[records.METHODS]["budget"]
     assert f"tokens per step at its budget of {main_budget:,}" in (ROOT / "docs" / "methods.md").read_text()
+
+
+def test_the_families_table_pairs_each_method_with_grpo_per_family():
+    """One row per task family from its record: GRPO's own gain, then FOCUS / VinePPO / PPO
+    against GRPO with the standard's word; a family with no record, or a method a record lacks,
+    is said to be not run."""
+    def arm(name, mean_of_checks, ref="grpo"):
+        return {"name": name, "label": name, "seeds": [0, 1, 2], "reference": ref,
+                "per_seed": {"mean_of_checks": mean_of_checks, "base": [0.2] * 3,
+                             "final": [0.4, 0.35, 0.45], "tokens_per_step": [100] * 3}}
+    grpo = arm("grpo", [0.30, 0.32, 0.28], None)
+    rec = {"title": "t", "date": "d", "build": "abc1234", "env": "math", "steps": 100,
+           "budget": 100, "commands": [], "source": "s",
+           "arms": [grpo, arm("focus", [0.20, 0.23, 0.19]), arm("ppo", [0.30, 0.33, 0.28])]}
+    rows = {line.split(" | ")[0].strip("| `"): line
+            for line in records.families({"families-math": rec}).splitlines()[2:]}
+    assert set(rows) == {"search", "math", "rules", "locate"}
+    math = rows["math"].split(" | ")
+    assert math[1] == "`abc1234`" and math[3].startswith("0.300") and math[4].startswith("+20.0")
+    assert math[5] == "-9.3 ± 0.3 behind" and math[6] == "not run"
+    assert math[7].startswith("+0.3 ± 0.3 level")
+    assert "not run" in rows["search"] and "not run" in rows["rules"]

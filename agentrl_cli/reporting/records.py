@@ -319,7 +319,41 @@ def readme_cost(records: dict[str, dict]) -> str:
         f"{_walls(clone['arms'][0])} | – |"]) + "\n"
 
 
-SECTIONS = {"readme-expect": lambda records: readme_expect(records) + "\n" + readme_methods(records),
+# the paper's four task families at CPU scale: (env, record); search's is the every-method table
+FAMILIES = (("search", METHODS), ("math", "families-math"), ("rules", "families-rules"),
+            ("locate", "families-locate"))
+FAMILY_METHODS = ("focus", "vineppo", "ppo")
+
+
+def _family_cell(rec: dict, name: str) -> str:
+    arm = next((a for a in rec["arms"] if a["name"] == name), None)
+    if arm is None:
+        return "not run"
+    word = verdict(rec, arm)
+    diff = summary(rec, arm, "vs_ref")
+    return word if diff is None or word.startswith("off") else f"{_num('vs_ref', diff)} {word}"
+
+
+def families(records: dict[str, dict]) -> str:
+    """One row per task family: GRPO's gain over its start, then FOCUS, VinePPO and PPO against
+    GRPO (paired mean of checks, points, with the verdict word); a family without a record is
+    said to be not run."""
+    lines = ["| family | build | seeds | GRPO: mean of checks | GRPO: last - base (points) | "
+             + " | ".join(f"{m} vs grpo (points, paired)" for m in
+                          ("FOCUS", "VinePPO", "PPO")) + " |", "|" + "---|" * 8]
+    for env, key in FAMILIES:
+        rec = records.get(key)
+        if rec is None:
+            lines.append(f"| `{env}` | – | – | not run | – | – | – | – |")
+            continue
+        g = _arm(rec, "grpo")
+        lines.append(f"| `{env}` | `{rec['build']}` | {_seeds(g['seeds'])} | "
+                     f"{cell(rec, g, 'mean_of_checks')} | {cell(rec, g, 'final_minus_base')} | "
+                     + " | ".join(_family_cell(rec, m) for m in FAMILY_METHODS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+SECTIONS = {"families": families, "readme-expect": lambda records: readme_expect(records) + "\n" + readme_methods(records),
             "readme-cost": readme_cost}
 
 
