@@ -194,3 +194,24 @@ def _states(eps):
     from agentrl_cli.rollout.vine import boundary_states
 
     return boundary_states(eps, {id(e): [(s, None) for s in e.segment_starts] for e in eps})[0]
+
+
+def test_what_a_step_leaves_unspent_carries_to_the_next(micro_policy, vine_run):
+    """A budgeted step rarely fits a whole group in what is left, so it underspends; the rest
+    goes to the next step's limit (as GRPO's and FOCUS's), so a run's mean is the budget."""
+    from agentrl_cli.rollout.controllers import spend_limit
+
+    full, _, _ = vine_run
+    budget = sum(e.generated_tokens for e in full.episodes) + full.extra_tokens // 2
+    model, _, fmt, spec = micro_policy
+    ctx = RolloutContext(HFEngine(model, fmt.pad_id), fmt, _SpySpec(spec),
+                         SamplingParams(max_new_tokens=6), 2, 512, 3, budget,
+                         torch.Generator().manual_seed(0), AlgoConfig(vine_k=2))
+    tasks = spec.tasks("train", 2)
+    spent = []
+    for _ in range(3):
+        res = CONTROLLERS.get("vine").run(ctx, tasks)
+        spent.append(res.tokens)
+    assert ctx.carry["vine_spend"] == [sum(spent), 3 * budget]
+    assert spent[0] < budget                     # the first step left some unspent
+    assert spend_limit(ctx, "vine_spend") == min(2 * budget, max(0, 4 * budget - sum(spent)))

@@ -33,7 +33,9 @@ any state gets a second) and launched in waves of at most `batch_size`; a contin
 launched only if the tokens spent so far plus the wave's estimated cost fit within the budget,
 each continuation priced at what its source episode generated from that state on. The queue
 stops at the first continuation that does not fit. The estimate can be wrong, so the last wave
-may overshoot by its estimation error; the trainer logs the true `rollout/tokens`.
+may overshoot by its estimation error; the trainer logs the true `rollout/tokens`. What a step
+leaves unspent (a whole group rarely fits the rest) or overspends carries to the next step's
+limit (`controllers.spend_limit`, as GRPO's and FOCUS's steps), so the run's mean is the budget.
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ import math
 from dataclasses import dataclass
 
 from ..types import Episode
-from .controllers import RolloutContext, RolloutResult, run_groups, shape_rewards
+from .controllers import (RolloutContext, RolloutResult, record_spend, run_groups, shape_rewards,
+                          spend_limit)
 from ..context.windows import resume_from_visible, visible_ids
 from ..context.episode import LiveEpisode, new_episode
 from .runner import drive_batch
@@ -87,13 +90,16 @@ def boundary_states(eps: list[Episode], snaps: dict[int, list[tuple[int, object]
     return states, index
 
 
-def _plan_waves(ctx: RolloutContext, states: list[_State], spent: int) -> list[list[int]]:
-    """Queue of state indices (round-robin over states, K rounds) cut into waves within budget."""
+def _plan_waves(ctx: RolloutContext, states: list[_State], spent: int,
+                limit: float | None = None) -> list[list[int]]:
+    """Queue of state indices (round-robin over states, K rounds) cut into waves within the
+    step's `limit` (default the budget)."""
+    limit = ctx.budget_tokens if limit is None else limit
     queue = [s for _ in range(ctx.algo.vine_k) for s in range(len(states))]
     waves: list[list[int]] = []
     planned = spent
     for s in queue:
-        if ctx.budget_tokens > 0 and planned + states[s].cost > ctx.budget_tokens:
+        if ctx.budget_tokens > 0 and planned + states[s].cost > limit:
             break
         planned += states[s].cost
         if not waves or len(waves[-1]) >= ctx.batch_size:
@@ -108,14 +114,17 @@ def projected_cost(eps: list[Episode], states: list[_State], k: int) -> int:
     return sum(e.generated_tokens for e in eps) + k * sum(s.cost for s in states)
 
 
-def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]:
+def _reserved_groups(ctx: RolloutContext, tasks, record, snaps,
+                     limit: float | None = None) -> list[Episode]:
     """Main groups in waves until main + planned continuations reach the budget.
 
     The first wave is one group (its cost is unknown before it runs); each later wave takes as
     many groups as the remaining budget affords at the projected cost per group so far (at
     most `batch_size` episodes). A first wave of `batch_size` episodes could spend the whole
     budget on main episodes when the step has no more than that (measured: at GRPO's one-step
-    spend every step got 0 continuations and VinePPO trained on zero advantages)."""
+    spend every step got 0 continuations and VinePPO trained on zero advantages). `limit`: the
+    step's (`spend_limit`; default the budget)."""
+    limit = ctx.budget_tokens if limit is None else limit
     per_wave = max(1, ctx.batch_size // ctx.group_size)
     eps: list[Episode] = []
     start, n = 0, 1
@@ -123,7 +132,7 @@ def _reserved_groups(ctx: RolloutContext, tasks, record, snaps) -> list[Episode]
         eps += run_groups(ctx, tasks[start:start + n], first_group=start, on_state=record)
         start += n
         cost = projected_cost(eps, boundary_states(eps, snaps)[0], ctx.algo.vine_k)
-        n = min(per_wave, int((ctx.budget_tokens - cost) // max(cost / start, 1.0)))
+        n = min(per_wave, int((limit - cost) // max(cost / start, 1.0)))
     return eps
 
 
@@ -138,15 +147,16 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     def record(ep, env):
         snaps.setdefault(id(ep), []).append((len(ep.token_ids), env.snapshot()))
 
+    limit = spend_limit(ctx, "vine_spend") if ctx.budget_tokens > 0 else None
     if ctx.budget_tokens > 0:
-        eps = _reserved_groups(ctx, tasks, record, snaps)
+        eps = _reserved_groups(ctx, tasks, record, snaps, limit)
     else:
         eps = run_groups(ctx, tasks, on_state=record)
     states, index = boundary_states(eps, snaps)
     spent = sum(e.generated_tokens for e in eps)
     rewards: list[list[float]] = [[] for _ in states]
     conts: list[Episode] = []
-    for wave in _plan_waves(ctx, states, spent):
+    for wave in _plan_waves(ctx, states, spent, limit):
         lives, chunks = [], []
         for s in wave:
             st = states[s]
@@ -164,6 +174,8 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
         for s, ep in zip(wave, done):
             rewards[s].append(ep.reward)
         conts += done
+    if ctx.budget_tokens > 0:
+        record_spend(ctx, "vine_spend", spent + sum(c.generated_tokens for c in conts))
     values = [sum(r) / len(r) if r else math.nan for r in rewards]
     return RolloutResult(eps, extra_tokens=sum(c.generated_tokens for c in conts),
                          segment_values=[[values[s] for s in row] for row in index],
