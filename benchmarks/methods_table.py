@@ -15,7 +15,8 @@ final check minus the base (step 0), the paired difference of the mean of checks
 reference method on the same seeds (mean ± its standard error, std / sqrt(seeds)) and the
 verdict it gives (ahead / behind when the difference exceeds its standard error, else level),
 the same paired difference at the last check,
-generated tokens per training step, the share of a step's groups (GRPO groups, a task's tree)
+generated tokens per training step, the distinct tasks a step learnt from (over the traced steps),
+the share of a step's groups (GRPO groups, a task's tree)
 whose outcomes differ (mixed-outcome groups: those with a learning signal), where a tree
 method launched its continuations (the share at depth 0, the root before the first decision, at
 depth 1 and deeper), generated tokens per held-out question at the last check,
@@ -59,10 +60,25 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
                                      if "rollout/zero_spread_groups" in r) if any(
                 "rollout/zero_spread_groups" in r for r in steps) else None,
             "depths": launch_depths(steps),
+            "tasks": tasks_per_step(run),
             "summary": summary, "steps": summary.get("steps", last),
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
             "se": statistics.mean(r["eval/success_se"] for r in checks.values())
             if all("eval/success_se" in r for r in checks.values()) else None}
+
+
+def tasks_per_step(run: Path) -> float | None:
+    """Distinct tasks a training step learnt from, over the run's traced steps: a tree method's
+    trees, else its episodes / `rollout.group_size` (GRPO draws fresh tasks to spend its budget);
+    None without traces or a config."""
+    if not (run / "config.json").is_file():
+        return None
+    group = json.loads((run / "config.json").read_text())["rollout"]["group_size"]
+    counts = []
+    for f in sorted((run / "traces").glob("step-*.json")):
+        t = json.loads(f.read_text())
+        counts.append(t["trees_in_step"] or t["episodes_in_step"] / group)
+    return statistics.mean(counts) if counts else None
 
 
 def launch_depths(steps: list[dict]) -> dict[int, float] | None:
@@ -114,7 +130,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
         by[r["label"]].append(r)
     head = ["method", "seeds", "mean of checks", "final - base (points)",
             f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
-            "gen. tokens / step", "mixed-outcome groups", "continuations by depth",
+            "gen. tokens / step", "tasks / step", "mixed-outcome groups", "continuations by depth",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
@@ -132,6 +148,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
             "–" if label == reference else verdict(diff),
             "–" if last is None else f"{100 * last[0]:+.1f} ± {100 * last[1]:.1f}",
             _ms([r["tokens_per_step"] for r in rs], digits=0),
+            _ms([r["tasks"] for r in rs], digits=1) if all(r["tasks"] is not None for r in rs) else "–",
             _ms([r["mixed"] for r in rs], digits=2) if all(r["mixed"] is not None for r in rs) else "–",
             depth_cell(rs),
             _ms([r["tpq"] for r in rs], digits=1),

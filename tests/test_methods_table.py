@@ -58,9 +58,9 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     row = next(x for x in lines if x.startswith("| `a`"))
     assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
     c_row = next(x for x in lines if x.startswith("| `c`")).split(" | ")
-    assert c_row[11] == "3.00 ± 0.00"
-    assert c_row[8] == "–"        # runs that logged no rollout/zero_spread_groups: no mixed share
-    assert c_row[9] == "–"        # a linear method launches no continuations
+    assert c_row[12] == "3.00 ± 0.00"
+    assert c_row[9] == "–"        # runs that logged no rollout/zero_spread_groups: no mixed share
+    assert c_row[10] == "–"       # a linear method launches no continuations
     assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
 
@@ -121,7 +121,7 @@ def test_the_mixed_outcome_share_is_the_mean_over_steps_of_groups_with_a_signal(
     runs = [mt.load_run(p) for p in mt.runs_under([tmp_path])]
     assert sorted(r["mixed"] for r in runs) == [0.5, 0.75]
     row = next(x for x in mt.table(runs, "grpo") if x.startswith("| `grpo`")).split(" | ")
-    assert row[8] == "0.62 ± 0.18"
+    assert row[9] == "0.62 ± 0.18"
 
 
 def test_continuations_by_depth_average_over_steps_and_seeds(tmp_path):
@@ -157,3 +157,21 @@ def test_the_allocation_map_pairs_each_arm_with_grpo_and_draws_its_figure(tmp_pa
     out = tmp_path / "map.png"
     am.plot(dirs, "grpo", out, "t")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tasks_per_step_counts_trees_or_groups_over_the_traced_steps(tmp_path):
+    """What a step learnt from: a tree method's trees, else its episodes / group size (GRPO
+    draws fresh tasks to spend its budget), averaged over the traced steps."""
+    run = _run(tmp_path, "grpo", 0, [0.3, 0.4])
+    assert mt.tasks_per_step(run) is None                    # no config, no traces
+    (run / "config.json").write_text(json.dumps({"rollout": {"group_size": 4}}))
+    (run / "traces").mkdir()
+    for step, (eps, trees) in enumerate([(80, 0), (72, 0)], 1):
+        (run / "traces" / f"step-{step:06d}.json").write_text(
+            json.dumps({"episodes_in_step": eps, "trees_in_step": trees}))
+    assert mt.tasks_per_step(run) == 19.0
+    (run / "traces" / "step-000003.json").write_text(
+        json.dumps({"episodes_in_step": 194, "trees_in_step": 4}))
+    assert mt.tasks_per_step(run) == (20 + 18 + 4) / 3
+    row = next(x for x in mt.table([mt.load_run(run)], "grpo") if x.startswith("| `grpo`"))
+    assert "| 14.0 |" in row
