@@ -16,7 +16,8 @@ reference method on the same seeds (mean ± its standard error, std / sqrt(seeds
 verdict it gives (ahead / behind when the difference exceeds its standard error, else level),
 the same paired difference at the last check,
 generated tokens per training step, the distinct tasks a step learnt from (over the traced steps),
-the share of a step's groups (GRPO groups, a task's tree)
+pass@k of the last checkpoint (with `--pass-k K`: `agentrl eval` of K samples per held-out
+task, kept in the run folder as eval-pass-at-k.json), the share of a step's groups (GRPO groups, a task's tree)
 whose outcomes differ (mixed-outcome groups: those with a learning signal), where a tree
 method launched its continuations (the share at depth 0, the root before the first decision, at
 depth 1 and deeper), generated tokens per held-out question at the last check,
@@ -61,10 +62,34 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
                 "rollout/zero_spread_groups" in r for r in steps) else None,
             "depths": launch_depths(steps),
             "tasks": tasks_per_step(run),
+            "pass_k": pass_at_k(run),
             "summary": summary, "steps": summary.get("steps", last),
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
             "se": statistics.mean(r["eval/success_se"] for r in checks.values())
             if all("eval/success_se" in r for r in checks.values()) else None}
+
+
+PASS_FILE = "eval-pass-at-k.json"      # `agentrl eval --json` of the run's last checkpoint
+
+
+def pass_at_k(run: Path) -> tuple[int, float] | None:
+    """(k, pass@k) of the run's last checkpoint from its `eval-pass-at-k.json`, k the largest
+    evaluated; None before `--pass-k` wrote it."""
+    f = run / PASS_FILE
+    if not f.is_file():
+        return None
+    res = json.loads(f.read_text())["pass@k"]
+    k = max(res, key=int)
+    return int(k), res[k]
+
+
+def evaluate_pass_at_k(run: Path, k: int) -> None:
+    """`agentrl eval --pass-k k --n k` of the run's last checkpoint on the held-out tasks of its
+    checks, written to `PASS_FILE` (kept: a rerun of the table reads it)."""
+    if pass_at_k(run) is not None and pass_at_k(run)[0] == k:
+        return
+    subprocess.run(["agentrl", "eval", "--checkpoint", str(run), "--pass-k", str(k), "--n", str(k),
+                    "--json", str(run / PASS_FILE)], check=True, capture_output=True)
 
 
 def tasks_per_step(run: Path) -> float | None:
@@ -130,7 +155,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
         by[r["label"]].append(r)
     head = ["method", "seeds", "mean of checks", "final - base (points)",
             f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
-            "gen. tokens / step", "tasks / step", "mixed-outcome groups", "continuations by depth",
+            "gen. tokens / step", "pass@k at the end", "tasks / step", "mixed-outcome groups", "continuations by depth",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
@@ -148,6 +173,8 @@ def table(runs: list[dict], reference: str) -> list[str]:
             "–" if label == reference else verdict(diff),
             "–" if last is None else f"{100 * last[0]:+.1f} ± {100 * last[1]:.1f}",
             _ms([r["tokens_per_step"] for r in rs], digits=0),
+            (f"@{rs[0]['pass_k'][0]} " + _ms([r["pass_k"][1] for r in rs]))
+            if all(r["pass_k"] is not None and r["pass_k"][0] == rs[0]["pass_k"][0] for r in rs) else "–",
             _ms([r["tasks"] for r in rs], digits=1) if all(r["tasks"] is not None for r in rs) else "–",
             _ms([r["mixed"] for r in rs], digits=2) if all(r["mixed"] is not None for r in rs) else "–",
             depth_cell(rs),
@@ -192,6 +219,9 @@ def record(runs: list[dict], reference: str, commands: list[str], title: str,
                "per_seed": {"base": [r["base"] for r in rs], "final": [r["final"] for r in rs],
                             "mean_of_checks": [r["mean_checks"] for r in rs],
                             "tokens_per_step": [r["tokens_per_step"] for r in rs]}}
+        if all(r["pass_k"] is not None and r["pass_k"][0] == rs[0]["pass_k"][0] for r in rs):
+            arm["per_seed"]["pass_at_k"] = [r["pass_k"][1] for r in rs]
+            arm["pass_k"] = rs[0]["pass_k"][0]
         if all(r["summary"].get("wall_seconds") is not None for r in rs):
             arm["per_seed"]["wall_s"] = [r["summary"]["wall_seconds"] for r in rs]
         if label != reference and reference in by:
@@ -215,17 +245,25 @@ def main() -> None:
     ap.add_argument("--command", action="append", default=[],
                     help="a command that made the runs, for the record (repeatable)")
     ap.add_argument("--title", default=None, help="the record's title (default: its file name)")
+    ap.add_argument("--pass-k", type=int, default=None,
+                    help="first evaluate pass@K of each run's last checkpoint (agentrl eval, K "
+                         "samples of each held-out task; kept in the run folder)")
     args = ap.parse_args()
     if args.record and args.checks:
         raise SystemExit("--record takes the mean of every check: a window chosen after the "
                          "runs is exploration, not a record")
     lo, hi = (int(x) for x in args.checks.split("-")) if args.checks else (1, None)
+    if args.pass_k:
+        for p in runs_under(args.runs):
+            if (p / "summary.json").is_file():
+                evaluate_pass_at_k(p, args.pass_k)
     runs = [r for r in (load_run(p, lo, hi) for p in runs_under(args.runs)) if r is not None]
     if not runs:
         raise SystemExit("no finished runs (summary.json) among the given folders")
     print("\n".join(table(runs, args.reference)))
     if args.record:
-        this = "python benchmarks/methods_table.py --reference " + args.reference + " " + " ".join(
+        this = "python benchmarks/methods_table.py --reference " + args.reference + (
+            f" --pass-k {args.pass_k}" if args.pass_k else "") + " " + " ".join(
             str(p) for p in args.runs)
         rec = record(runs, args.reference, [*args.command, this], args.title or args.record.stem)
         args.record.write_text(json.dumps(rec, indent=1) + "\n")

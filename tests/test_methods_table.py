@@ -58,9 +58,9 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     row = next(x for x in lines if x.startswith("| `a`"))
     assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
     c_row = next(x for x in lines if x.startswith("| `c`")).split(" | ")
-    assert c_row[12] == "3.00 ± 0.00"
-    assert c_row[9] == "–"        # runs that logged no rollout/zero_spread_groups: no mixed share
-    assert c_row[10] == "–"       # a linear method launches no continuations
+    assert c_row[13] == "3.00 ± 0.00"
+    assert c_row[10] == "–"       # runs that logged no rollout/zero_spread_groups: no mixed share
+    assert c_row[11] == "–"       # a linear method launches no continuations
     assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
 
@@ -121,7 +121,7 @@ def test_the_mixed_outcome_share_is_the_mean_over_steps_of_groups_with_a_signal(
     runs = [mt.load_run(p) for p in mt.runs_under([tmp_path])]
     assert sorted(r["mixed"] for r in runs) == [0.5, 0.75]
     row = next(x for x in mt.table(runs, "grpo") if x.startswith("| `grpo`")).split(" | ")
-    assert row[9] == "0.62 ± 0.18"
+    assert row[10] == "0.62 ± 0.18"
 
 
 def test_continuations_by_depth_average_over_steps_and_seeds(tmp_path):
@@ -175,3 +175,24 @@ def test_tasks_per_step_counts_trees_or_groups_over_the_traced_steps(tmp_path):
     assert mt.tasks_per_step(run) == (20 + 18 + 4) / 3
     row = next(x for x in mt.table([mt.load_run(run)], "grpo") if x.startswith("| `grpo`"))
     assert "| 14.0 |" in row
+
+
+def test_pass_at_k_of_the_last_checkpoint_in_the_table_and_the_record(tmp_path):
+    """`--pass-k` keeps `agentrl eval`'s JSON in the run folder; the table and the record read
+    the largest k of it, per seed, and the record's column names that k."""
+    from agentrl_cli.reporting import records
+
+    runs = []
+    for seed, p4 in enumerate([0.6, 0.7]):
+        run = _run(tmp_path, "grpo", seed, [0.3, 0.4])
+        assert mt.pass_at_k(run) is None
+        (run / mt.PASS_FILE).write_text(json.dumps({"pass@k": {"1": 0.4, "2": 0.5, "4": p4}}))
+        runs.append(mt.load_run(run))
+    assert mt.pass_at_k(tmp_path / "cells" / "grpo" / "seed-1") == (4, 0.7)
+    row = next(x for x in mt.table(runs, "grpo") if x.startswith("| `grpo`"))
+    assert "| @4 0.650 ± 0.071 |" in row
+    rec = mt.record(runs, "grpo", [], "t", build="b", date="d")
+    assert rec["arms"][0]["per_seed"]["pass_at_k"] == [0.6, 0.7] and rec["arms"][0]["pass_k"] == 4
+    rec["columns"] = ["seeds", "pass_at_k"]
+    text = records.record_table(rec)
+    assert "| method | seeds | pass@4 at the end |" in text and "| 0.650 ± 0.071 |" in text

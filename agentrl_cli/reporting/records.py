@@ -38,7 +38,8 @@ COLUMNS = {"seeds": "seeds", "base": "base", "final": "last check",
            "mean_of_checks": "mean of checks", "final_minus_base": "last - base (points)",
            "vs_ref": "vs {ref} (points, paired)", "verdict": "verdict",
            "last_vs_ref": "last check vs {ref} (points, paired)",
-           "tokens_per_step": "gen. tokens / step", "wall_s": "wall s / run"}
+           "tokens_per_step": "gen. tokens / step", "wall_s": "wall s / run",
+           "pass_at_k": "pass@{k} at the end"}
 BEGIN = "<!-- from docs/records: {key} -->"     # python -m agentrl_cli.reporting.records
 END = "<!-- end: {key} -->"
 SECTION = re.compile(r"<!-- from docs/records: (\S+) -->")
@@ -218,6 +219,12 @@ def _reference_name(rec: dict) -> str:
     return rec.get("reference_label") or (refs[0] if refs else "the reference")
 
 
+def _pass_k(rec: dict) -> str:
+    """The k of the record's pass@k column (its arms' `pass_k`)."""
+    ks = {a["pass_k"] for a in rec["arms"] if "pass_k" in a}
+    return str(ks.pop()) if len(ks) == 1 else "k"
+
+
 def record_table(rec: dict) -> str:
     """A record as the results page shows it: when, where and how it ran, its commands, the
     table, and any windows explored after the runs (labelled as such, never the verdict)."""
@@ -229,7 +236,7 @@ def record_table(rec: dict) -> str:
             f"`{rec['env']}`, {rec['steps']} steps{budget}"
             + (f", {rec['conditions']}" if rec.get("conditions") else "") + ".")
     lines = [head, "", "Commands, the runs then the table:", "", "```bash", *rec["commands"], "```", "",
-             "| " + " | ".join(["method", *(COLUMNS[c].format(ref=ref) for c in cols)]) + " |",
+             "| " + " | ".join(["method", *(COLUMNS[c].format(ref=ref, k=_pass_k(rec)) for c in cols)]) + " |",
              "|" + "---|" * (len(cols) + 1)]
     for arm in rec["arms"]:
         lines.append("| " + " | ".join([arm["label"], *(cell(rec, arm, c) for c in cols)]) + " |")
