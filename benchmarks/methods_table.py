@@ -15,10 +15,10 @@ final check minus the base (step 0), the paired difference of the mean of checks
 reference method on the same seeds (mean ± its standard error, std / sqrt(seeds)) and the
 verdict it gives (ahead / behind when the difference exceeds its standard error, else level),
 the same paired difference at the last check,
-generated tokens per training step, the distinct tasks a step learnt from (over the traced steps),
-pass@k of the last checkpoint (with `--pass-k K`: `agentrl eval` of K samples per held-out
-task, kept in the run folder as eval-pass-at-k.json), the share of a step's groups (GRPO groups, a task's tree)
-whose outcomes differ (mixed-outcome groups: those with a learning signal), where a tree
+generated tokens per training step, pass@k of the last checkpoint (with `--pass-k K`: `agentrl
+eval` of K samples per held-out task, kept in the run folder as eval-pass-at-k.json), the
+distinct tasks a step learnt from (over the traced steps), the share of a step's groups (GRPO
+groups, a task's tree) whose outcomes differ (mixed-outcome groups: those with a learning signal), where a tree
 method launched its continuations (the share at depth 0, the root before the first decision, at
 depth 1 and deeper), generated tokens per held-out question at the last check,
 seconds per training step (the step's own time, checks excluded) and the mean standard error
@@ -86,10 +86,19 @@ def pass_at_k(run: Path) -> tuple[int, float] | None:
 def evaluate_pass_at_k(run: Path, k: int) -> None:
     """`agentrl eval --pass-k k --n k` of the run's last checkpoint on the held-out tasks of its
     checks, written to `PASS_FILE` (kept: a rerun of the table reads it)."""
-    if pass_at_k(run) is not None and pass_at_k(run)[0] == k:
+    done = pass_at_k(run)
+    if done is not None and done[0] == k:
         return
     subprocess.run(["agentrl", "eval", "--checkpoint", str(run), "--pass-k", str(k), "--n", str(k),
                     "--json", str(run / PASS_FILE)], check=True, capture_output=True)
+
+
+def pass_at_k_values(rs: list[dict]) -> tuple[int, list[float]] | None:
+    """(k, each run's pass@k) when every run of `rs` was evaluated at the same k, else None."""
+    ks = {r["pass_k"][0] if r["pass_k"] is not None else None for r in rs}
+    if len(ks) != 1 or None in ks:
+        return None
+    return ks.pop(), [r["pass_k"][1] for r in rs]
 
 
 def tasks_per_step(run: Path) -> float | None:
@@ -149,13 +158,18 @@ def _ms(xs: list[float], scale: float = 1.0, digits: int = 3, sign: str = "") ->
     return f"{statistics.mean(xs):{sign}.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
 
 
+def _pass_cell(passed: tuple[int, list[float]] | None) -> str:
+    return "–" if passed is None else f"@{passed[0]} " + _ms(passed[1])
+
+
 def table(runs: list[dict], reference: str) -> list[str]:
     by = defaultdict(list)
     for r in runs:
         by[r["label"]].append(r)
     head = ["method", "seeds", "mean of checks", "final - base (points)",
             f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
-            "gen. tokens / step", "pass@k at the end", "tasks / step", "mixed-outcome groups", "continuations by depth",
+            "gen. tokens / step", "pass@k at the end", "tasks / step", "mixed-outcome groups",
+            "continuations by depth",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
@@ -173,8 +187,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
             "–" if label == reference else verdict(diff),
             "–" if last is None else f"{100 * last[0]:+.1f} ± {100 * last[1]:.1f}",
             _ms([r["tokens_per_step"] for r in rs], digits=0),
-            (f"@{rs[0]['pass_k'][0]} " + _ms([r["pass_k"][1] for r in rs]))
-            if all(r["pass_k"] is not None and r["pass_k"][0] == rs[0]["pass_k"][0] for r in rs) else "–",
+            _pass_cell(pass_at_k_values(rs)),
             _ms([r["tasks"] for r in rs], digits=1) if all(r["tasks"] is not None for r in rs) else "–",
             _ms([r["mixed"] for r in rs], digits=2) if all(r["mixed"] is not None for r in rs) else "–",
             depth_cell(rs),
@@ -219,9 +232,9 @@ def record(runs: list[dict], reference: str, commands: list[str], title: str,
                "per_seed": {"base": [r["base"] for r in rs], "final": [r["final"] for r in rs],
                             "mean_of_checks": [r["mean_checks"] for r in rs],
                             "tokens_per_step": [r["tokens_per_step"] for r in rs]}}
-        if all(r["pass_k"] is not None and r["pass_k"][0] == rs[0]["pass_k"][0] for r in rs):
-            arm["per_seed"]["pass_at_k"] = [r["pass_k"][1] for r in rs]
-            arm["pass_k"] = rs[0]["pass_k"][0]
+        passed = pass_at_k_values(rs)
+        if passed is not None:
+            arm["pass_k"], arm["per_seed"]["pass_at_k"] = passed
         if all(r["summary"].get("wall_seconds") is not None for r in rs):
             arm["per_seed"]["wall_s"] = [r["summary"]["wall_seconds"] for r in rs]
         if label != reference and reference in by:

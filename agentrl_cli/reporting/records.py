@@ -360,7 +360,8 @@ def families(records: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SECTIONS = {"families": families, "readme-expect": lambda records: readme_expect(records) + "\n" + readme_methods(records),
+SECTIONS = {"families": families,
+            "readme-expect": lambda records: readme_expect(records) + "\n" + readme_methods(records),
             "readme-cost": readme_cost}
 
 

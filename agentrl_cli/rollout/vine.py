@@ -91,10 +91,9 @@ def boundary_states(eps: list[Episode], snaps: dict[int, list[tuple[int, object]
 
 
 def _plan_waves(ctx: RolloutContext, states: list[_State], spent: int,
-                limit: float | None = None) -> list[list[int]]:
+                limit: float | None) -> list[list[int]]:
     """Queue of state indices (round-robin over states, K rounds) cut into waves within the
-    step's `limit` (default the budget)."""
-    limit = ctx.budget_tokens if limit is None else limit
+    step's `limit` (`spend_limit`; None without a budget)."""
     queue = [s for _ in range(ctx.algo.vine_k) for s in range(len(states))]
     waves: list[list[int]] = []
     planned = spent
@@ -114,8 +113,7 @@ def projected_cost(eps: list[Episode], states: list[_State], k: int) -> int:
     return sum(e.generated_tokens for e in eps) + k * sum(s.cost for s in states)
 
 
-def _reserved_groups(ctx: RolloutContext, tasks, record, snaps,
-                     limit: float | None = None) -> list[Episode]:
+def _reserved_groups(ctx: RolloutContext, tasks, record, snaps, limit: float) -> list[Episode]:
     """Main groups in waves until main + planned continuations reach the budget.
 
     The first wave is one group (its cost is unknown before it runs); each later wave takes as
@@ -123,8 +121,7 @@ def _reserved_groups(ctx: RolloutContext, tasks, record, snaps,
     most `batch_size` episodes). A first wave of `batch_size` episodes could spend the whole
     budget on main episodes when the step has no more than that (measured: at GRPO's one-step
     spend every step got 0 continuations and VinePPO trained on zero advantages). `limit`: the
-    step's (`spend_limit`; default the budget)."""
-    limit = ctx.budget_tokens if limit is None else limit
+    step's (`spend_limit`)."""
     per_wave = max(1, ctx.batch_size // ctx.group_size)
     eps: list[Episode] = []
     start, n = 0, 1
@@ -147,10 +144,11 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     def record(ep, env):
         snaps.setdefault(id(ep), []).append((len(ep.token_ids), env.snapshot()))
 
-    limit = spend_limit(ctx, "vine_spend") if ctx.budget_tokens > 0 else None
     if ctx.budget_tokens > 0:
+        limit = spend_limit(ctx, "vine_spend")
         eps = _reserved_groups(ctx, tasks, record, snaps, limit)
     else:
+        limit = None
         eps = run_groups(ctx, tasks, on_state=record)
     states, index = boundary_states(eps, snaps)
     spent = sum(e.generated_tokens for e in eps)
@@ -174,10 +172,11 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
         for s, ep in zip(wave, done):
             rewards[s].append(ep.reward)
         conts += done
-    if ctx.budget_tokens > 0:
-        record_spend(ctx, "vine_spend", spent + sum(c.generated_tokens for c in conts))
+    extra = sum(c.generated_tokens for c in conts)
+    if limit is not None:
+        record_spend(ctx, "vine_spend", spent + extra)
     values = [sum(r) / len(r) if r else math.nan for r in rewards]
-    return RolloutResult(eps, extra_tokens=sum(c.generated_tokens for c in conts),
+    return RolloutResult(eps, extra_tokens=extra,
                          segment_values=[[values[s] for s in row] for row in index],
                          segment_counts=[[len(rewards[s]) for s in row] for row in index],
                          continuations=conts,

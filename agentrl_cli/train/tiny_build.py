@@ -14,7 +14,9 @@ final models than a constant rate) and, from `eval_start`, checks success (sampl
 check that reaches `target_success` and otherwise keeps the best checkpoint (the later one on a
 tie). A stopping check above `CEILING` (0.5: RL needs room above the start) goes back to the
 snapshots taken since the check before (every eighth of a check interval; at most 32 before the
-first check), bisects them and keeps the one nearest the band [target_success, 0.5]: a small env is learnt in a few hundred steps. Why the check: the model learns to read the question's relation late and abruptly (dev success
+first check), bisects them and keeps the one nearest the band [target_success, 0.5]: a small
+env is learnt in a few hundred steps. Why the check: the model learns to read the question's
+relation late and abruptly (dev success
 0.1 -> 0.3-0.5 within a few hundred steps), and *when* depends on float rounding, so the same
 recipe gave held-out success 0.10 on one 2-core machine and 0.20 on another when it kept a
 fixed last step; training until a check reaches `target_success` gives every machine a model just
