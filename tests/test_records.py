@@ -211,5 +211,5 @@ def test_the_families_table_pairs_each_method_with_grpo_per_family():
     math = rows["math"].split(" | ")
     assert math[1] == "`abc1234`" and math[3].startswith("0.300") and math[4].startswith("+20.0")
     assert math[5] == "-9.3 ± 0.3 behind" and math[6] == "not run"
-    assert math[7].startswith("+0.3 ± 0.3 level")
+    assert math[7].startswith("+0.3 ± 0.3 level") and math[8] == "not run" and math[9] == "not run |"
     assert "not run" in rows["search"] and "not run" in rows["rules"]

@@ -329,7 +329,8 @@ def readme_cost(records: dict[str, dict]) -> str:
 # the paper's four task families at CPU scale: (env, record); search's is the every-method table
 FAMILIES = (("search", METHODS), ("math", "families-math"), ("rules", "families-rules"),
             ("locate", "families-locate"))
-FAMILY_METHODS = ("focus", "vineppo", "ppo")
+FAMILY_METHODS = ("focus", "vineppo", "ppo", "mpo", "trace")
+FAMILY_LABELS = ("FOCUS", "VinePPO", "PPO", "MPO", "TRACE")
 
 
 def _family_cell(rec: dict, name: str) -> str:
@@ -342,16 +343,16 @@ def _family_cell(rec: dict, name: str) -> str:
 
 
 def families(records: dict[str, dict]) -> str:
-    """One row per task family: GRPO's gain over its start, then FOCUS, VinePPO and PPO against
-    GRPO (paired mean of checks, points, with the verdict word); a family without a record is
-    said to be not run."""
+    """One row per task family: GRPO's gain over its start, then FOCUS, VinePPO, PPO, MPO and
+    TRACE against GRPO (paired mean of checks, points, with the verdict word); a family
+    without a record, or a method its record lacks, is said to be not run."""
     lines = ["| family | build | seeds | GRPO: mean of checks | GRPO: last - base (points) | "
-             + " | ".join(f"{m} vs grpo (points, paired)" for m in
-                          ("FOCUS", "VinePPO", "PPO")) + " |", "|" + "---|" * 8]
+             + " | ".join(f"{m} vs grpo (points, paired)" for m in FAMILY_LABELS) + " |",
+             "|" + "---|" * (5 + len(FAMILY_METHODS))]
     for env, key in FAMILIES:
         rec = records.get(key)
         if rec is None:
-            lines.append(f"| `{env}` | – | – | not run | – | – | – | – |")
+            lines.append(f"| `{env}` | – | – | not run | – |" + " – |" * len(FAMILY_METHODS))
             continue
         g = _arm(rec, "grpo")
         lines.append(f"| `{env}` | `{rec['build']}` | {_seeds(g['seeds'])} | "
