@@ -8,6 +8,8 @@ For one task, `n` answers were sampled and `c` of them were correct.
   (pass^k, the "reliability" metric).
 
 `aggregate_pass` averages both over tasks.
+
+Also the rank statistics of the critic diagnostics: `ranks` (tie-averaged) and `spearman`.
 """
 from __future__ import annotations
 
@@ -64,3 +66,35 @@ def aggregate_pass(counts: Sequence[tuple[int, int]], ks: Iterable[int]) -> dict
         out[f"pass@{k}"] = sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)
         out[f"pass^{k}"] = sum(pass_hat_k(n, c, k) for n, c in counts) / len(counts)
     return out
+
+
+def ranks(x: Sequence[float]) -> list[float]:
+    """1-based ranks, ties get the mean of the ranks they span."""
+    order = sorted(range(len(x)), key=lambda i: x[i])
+    r = [0.0] * len(x)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rho: the Pearson correlation of the (tie-averaged) ranks; None when either
+    side is constant or there are fewer than 2 points (undefined)."""
+    if len(x) != len(y):
+        raise ValueError("x and y must have the same length")
+    if len(x) < 2:
+        return None
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)

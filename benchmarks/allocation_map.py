@@ -3,7 +3,8 @@ folders of `agentrl ablate --preset allocation`, three panels, one colour per ar
 
 1. held-out success at each check, mean over seeds (the shaded band: ± its standard error);
 2. the paired gain over the reference (GRPO) in the mean of checks, points ± its standard
-   error over seeds, with the share of mixed-outcome groups written above each bar;
+   error over seeds, with the share of mixed-outcome groups and the critic's rank of the tree's
+   states (`focus/critic_rank`, Spearman's rho) written above each bar;
 3. where each tree arm launched its continuations: the share at depth 0 (the root, before the
    decisive first decision), 1 and 2+.
 
@@ -84,9 +85,11 @@ def plot(run_dirs: list[Path], reference: str, out: Path, title: str) -> None:
               color=[colour[a] for a in names])
     for i, a in enumerate(names):
         mixed = [r["mixed"] for r in by[a] if r["mixed"] is not None]
-        if mixed:
-            ax[1].annotate(f"mixed {statistics.mean(mixed):.2f}", (i, g[a][0] + g[a][1]),
-                           ha="center", va="bottom", fontsize=8)
+        rho = [r["critic_rank"] for r in by[a] if r["critic_rank"] is not None]
+        note = "\n".join(([f"mixed {statistics.mean(mixed):.2f}"] if mixed else [])
+                         + ([f"critic rho {statistics.mean(rho):.2f}"] if rho else []))
+        if note:
+            ax[1].annotate(note, (i, g[a][0] + g[a][1]), ha="center", va="bottom", fontsize=8)
     ax[1].axhline(0, color="k", lw=0.8)
     ref_mixed = [r["mixed"] for r in by.get(reference, []) if r["mixed"] is not None]
     ax[1].set(ylabel=f"vs {reference}: mean of checks (points, paired ± se)",

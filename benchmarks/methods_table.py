@@ -20,7 +20,8 @@ eval` of K samples per held-out task, kept in the run folder as eval-pass-at-k.j
 distinct tasks a step learnt from (over the traced steps), the share of a step's groups (GRPO
 groups, a task's tree) whose outcomes differ (mixed-outcome groups: those with a learning signal), where a tree
 method launched its continuations (the share at depth 0, the root before the first decision, at
-depth 1 and deeper), generated tokens per held-out question at the last check,
+depth 1 and deeper), the critic's rank of a tree's states (Spearman's rho of V(s) against the
+mean outcome of the samples that ran from s, `focus/critic_rank`, mean over steps), generated tokens per held-out question at the last check,
 seconds per training step (the step's own time, checks excluded) and the mean standard error
 of one check (task-clustered, when the run logged it). `--checks LO-HI` takes the mean of
 checks (and its paired difference) over the checks at steps LO to HI only.
@@ -61,6 +62,11 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
                                      if "rollout/zero_spread_groups" in r) if any(
                 "rollout/zero_spread_groups" in r for r in steps) else None,
             "depths": launch_depths(steps),
+            # the critic's rank of the tree's states against their own outcomes (a tree method
+            # with a critic; `focus/critic_rank`), mean over the steps that logged it
+            "critic_rank": statistics.mean(r["focus/critic_rank"] for r in steps
+                                           if "focus/critic_rank" in r) if any(
+                "focus/critic_rank" in r for r in steps) else None,
             "tasks": tasks_per_step(run),
             "pass_k": pass_at_k(run),
             "summary": summary, "steps": summary.get("steps", last),
@@ -169,7 +175,7 @@ def table(runs: list[dict], reference: str) -> list[str]:
     head = ["method", "seeds", "mean of checks", "final - base (points)",
             f"vs {reference} (points, paired)", "verdict", f"last check vs {reference}",
             "gen. tokens / step", "pass@k at the end", "tasks / step", "mixed-outcome groups",
-            "continuations by depth",
+            "continuations by depth", "critic rank (rho)",
             "tokens / eval question", "s / step", "se of one check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(by, key=lambda k: -statistics.mean(r["mean_checks"] for r in by[k]))
@@ -191,6 +197,8 @@ def table(runs: list[dict], reference: str) -> list[str]:
             _ms([r["tasks"] for r in rs], digits=1) if all(r["tasks"] is not None for r in rs) else "–",
             _ms([r["mixed"] for r in rs], digits=2) if all(r["mixed"] is not None for r in rs) else "–",
             depth_cell(rs),
+            _ms([r["critic_rank"] for r in rs], digits=2)
+            if all(r["critic_rank"] is not None for r in rs) else "–",
             _ms([r["tpq"] for r in rs], digits=1),
             _ms([r["s_per_step"] for r in rs], digits=2),
             f"{statistics.mean(ses):.3f}" if ses else "–"]) + " |")

@@ -792,3 +792,28 @@ def test_token_critic_targets_put_each_segments_next_refined_value_on_its_tokens
     # gamma discounts the next node's value, not the reward
     r, _ = with_token_targets(torch.zeros(1, 8), torch.zeros(1, 8), [[0.4, 0.6, 0.9]], [1.0], 0.5, seg, resp)
     torch.testing.assert_close(r[0, 2:4], torch.tensor([0.3, 0.3]))
+
+
+def test_critic_rank_orders_the_states_by_their_outcomes():
+    """focus/critic_rank is Spearman's rho between V(s) and cbar(s) over the step's
+    non-terminal states with both; leaves, unvisited states and states without a value are
+    left out; it is undefined (None) for fewer than two states or a constant side."""
+    from agentrl_cli.rollout.planner import critic_rank
+
+    def tree(values_and_outcomes):
+        t = Tree("task", 0)
+        t.add(-1, 0, 10, 0)                                   # a root without a value
+        for i, (v, n, csum) in enumerate(values_and_outcomes):
+            t.add(0, 1, 20 + i, i, v=v, n=n, csum=csum)
+        t.add(0, 1, 90, 9, reward=1.0, n=1, csum=1.0)          # a leaf: not a state
+        t.add(0, 1, 91, 9, v=0.9, n=0)                          # never completed: left out
+        return t
+
+    same = tree([(0.1, 2, 0.0), (0.5, 2, 1.0), (0.9, 2, 2.0)])
+    assert critic_rank([same]) == pytest.approx(1.0)
+    reversed_ = tree([(0.9, 2, 0.0), (0.5, 2, 1.0), (0.1, 2, 2.0)])
+    assert critic_rank([reversed_]) == pytest.approx(-1.0)
+    # over the step's trees together: 4 states, one pair out of order
+    assert critic_rank([same, tree([(0.2, 4, 3.0)])]) == pytest.approx(0.8)
+    assert critic_rank([tree([(0.3, 1, 1.0)])]) is None                 # one state
+    assert critic_rank([tree([(0.3, 2, 1.0), (0.7, 2, 1.0)])]) is None  # outcomes constant

@@ -58,9 +58,10 @@ def test_paired_differences_and_the_verdict_rule(tmp_path):
     row = next(x for x in lines if x.startswith("| `a`"))
     assert "+10.0 ± 1.2" in row and "| +50.7 ± 10.1 |" in row and "| ahead |" in row and "| 0.043 |" in row   # (0.03 + 0.05 + 0.05) / 3: every check, the base included
     c_row = next(x for x in lines if x.startswith("| `c`")).split(" | ")
-    assert c_row[13] == "3.00 ± 0.00"
+    assert c_row[14] == "3.00 ± 0.00"
     assert c_row[10] == "–"       # runs that logged no rollout/zero_spread_groups: no mixed share
     assert c_row[11] == "–"       # a linear method launches no continuations
+    assert c_row[12] == "–"       # ...and logs no critic rank
     assert "| +10.7 ± 0.7 |" in row    # the last check, paired: +0.10, +0.12, +0.10
     assert "| reference |" in next(x for x in lines if x.startswith("| `grpo`"))
 
@@ -196,3 +197,27 @@ def test_pass_at_k_of_the_last_checkpoint_in_the_table_and_the_record(tmp_path):
     rec["columns"] = ["seeds", "pass_at_k"]
     text = records.record_table(rec)
     assert "| method | seeds | pass@4 at the end |" in text and "| 0.650 ± 0.071 |" in text
+
+
+def test_the_critic_rank_is_the_mean_over_the_steps_that_logged_it(tmp_path):
+    for seed, values in enumerate([[0.2, None], [0.5, 0.1]]):
+        run = _run(tmp_path, "focus", seed, [0.1, 0.2, 0.3])
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        out, k = [lines[0]], 0
+        for line in lines[1:]:
+            r = json.loads(line)
+            if "rollout/tokens" in r and k < len(values):
+                if values[k] is not None:
+                    r["focus/critic_rank"] = values[k]
+                k += 1
+            out.append(json.dumps(r))
+        (run / "metrics.jsonl").write_text("\n".join(out) + "\n")
+    _run(tmp_path, "grpo", 0, [0.1, 0.2, 0.3])
+    runs = [mt.load_run(p) for p in mt.runs_under([tmp_path])]
+    by = {(r["label"], r["seed"]): r["critic_rank"] for r in runs}
+    assert by[("focus", 0)] == 0.2 and abs(by[("focus", 1)] - 0.3) < 1e-12
+    assert by[("grpo", 0)] is None
+    lines = mt.table(runs, "grpo")
+    col = lines[0].split(" | ").index("critic rank (rho)")
+    assert next(x for x in lines if x.startswith("| `focus`")).split(" | ")[col] == "0.25 ± 0.07"
+    assert next(x for x in lines if x.startswith("| `grpo`")).split(" | ")[col] == "–"

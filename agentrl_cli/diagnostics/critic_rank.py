@@ -9,45 +9,13 @@ rank correlation between the critic's V(s_k) and those targets over all the stat
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from ..errors import ConfigError
 from ..config import RunConfig
+from ..metrics import ranks, spearman  # noqa: F401  (ranks re-exported)
 from .mc import continue_from, critic_at_states, load_checkpoint_policy, sample_episodes
-
-
-def ranks(x: Sequence[float]) -> list[float]:
-    """1-based ranks, ties get the mean of the ranks they span."""
-    order = sorted(range(len(x)), key=lambda i: x[i])
-    r = [0.0] * len(x)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            r[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return r
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rho: the Pearson correlation of the (tie-averaged) ranks; None when either
-    side is constant or there are fewer than 2 points (undefined)."""
-    if len(x) != len(y):
-        raise ValueError("x and y must have the same length")
-    if len(x) < 2:
-        return None
-    rx, ry = ranks(x), ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx = sum((a - mx) ** 2 for a in rx)
-    syy = sum((b - my) ** 2 for b in ry)
-    if sxx == 0 or syy == 0:
-        return None
-    return sxy / math.sqrt(sxx * syy)
 
 
 def run_checkpoints(run: Path) -> list[tuple[int, Path]]:

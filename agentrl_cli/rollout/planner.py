@@ -61,6 +61,7 @@ from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
 from ..envs import plugins
 from ..errors import ConfigError
+from ..metrics import spearman
 from ..types import Episode
 from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, StepTiming, record_spend,
                           shape_rewards,
@@ -461,7 +462,21 @@ class FocusPlanner:
         }
         for d in sorted(depths):   # share of the step's continuations launched at each depth
             out[f"focus/launch_share_depth{d}"] = depths[d] / len(conts)
+        rank = critic_rank(self.trees)
+        if rank is not None:
+            out["focus/critic_rank"] = rank
         return out
+
+
+def critic_rank(trees: list[Tree]) -> float | None:
+    """Spearman's rho between the critic's V(s) and the mean outcome of the samples that ran
+    from s (`cbar`), over the step's non-terminal states with both: does the critic order the
+    states the way the tree's own outcomes do? None when undefined (under two such states, or
+    either side constant). Free (no extra samples), but noisy: a state's cbar averages a few
+    outcomes; `agentrl diagnose critic-rank` measures it against fresh continuations."""
+    pairs = [(nd.v, nd.cbar) for t in trees for nd in t.nodes
+             if not nd.terminal and nd.n > 0 and nd.v is not None]
+    return spearman([v for v, _ in pairs], [c for _, c in pairs])
 
 
 def timed_tree_step(driver) -> RolloutResult:
