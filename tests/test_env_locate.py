@@ -77,8 +77,10 @@ def test_expert_solves_both_splits(spec):
     tasks = spec.tasks("train") + spec.tasks("eval")
     for task, actions, results in check_expert_solves(spec, tasks, random.Random(0)):
         assert results[-1].info["acc@1"] == results[-1].info["acc@5"] == 1.0
-        assert len(actions) <= 2 * task.meta["hops"] + 1 and actions[-1] == f"answer({task.answer})"
-        assert all(len(a) <= 48 for a in actions)
+        assert len(actions) <= 2 * task.meta["hops"] + 1 and actions[-1] == "answer(1)"
+        # the expert copies function names only: files are opened and answered by number
+        assert all(a.startswith("grep(def ") or a in ("open(1)", "answer(1)") for a in actions)
+        assert results[-1].info["answer"] == "1"
 
 
 def test_imperfect_expert_acc1_below_acc5(spec):
@@ -127,14 +129,17 @@ def test_path_traversal_refused(spec, path):
 def test_tools(spec):
     env, task = start_episode(spec, 1)
     repo = env.repo
+    def numbered(entries):
+        return " ".join(f"[{i}] {e}" for i, e in enumerate(entries, 1))
+
     r = env.step("ls(.)")
-    assert r.observation == " ".join(repo.dirs[""]) and r.info == {"tool": "ls", "error": False,
+    assert r.observation == numbered(repo.dirs[""]) and r.info == {"tool": "ls", "error": False,
                                                                    "steps": 1}
     assert env.step("ls()").observation == r.observation
     pkg = repo.dirs[""][0]
-    assert env.step(f"ls({pkg})").observation == " ".join(repo.dirs[pkg.rstrip("/")])
+    assert env.step(f"ls({pkg})").observation == numbered(repo.dirs[pkg.rstrip("/")])
     gold = task.answer
-    assert env.step(f"ls(./{gold})").observation == gold
+    assert env.step(f"ls(./{gold})").observation == f"[1] {gold}"
     assert env.step("ls(nope)").observation == "error: no such path nope"
     r = env.step(f"open({gold})")
     assert r.observation == repo.files[gold] and f'raise ValueError("{task.meta["message"]}")' \
@@ -144,11 +149,75 @@ def test_tools(spec):
     r = env.step(f"grep({task.meta['message'].upper()})")      # case-insensitive literal
     lines = r.observation.split("\n")
     assert len(lines) == len(task.meta["raised_in"]) and all("raise ValueError" in x for x in lines)
-    assert {x.split(": ")[0] for x in lines} == set(task.meta["raised_in"])
+    assert [x.split(" ")[0] for x in lines] == [f"[{i}]" for i in range(1, len(lines) + 1)]
+    assert {x.split(" ", 1)[1].split(": ")[0] for x in lines} == set(task.meta["raised_in"])
     r = env.step("grep(def )")
     assert len(r.observation.split("\n")) == L.GREP_HITS + 1 and r.observation.endswith("more)")
     assert env.step("grep(.*)").observation == "no matches"          # not a regex
     assert env.step("grep()").info["error"]
+
+
+def test_numbers_name_the_latest_results(spec):
+    """open(N) / ls(N) / answer(N, M) name the N-th result of the latest ls or grep; a number
+    with no result is an error observation, before any listing too."""
+    env, task = start_episode(spec, 1)
+    repo, gold = env.repo, task.answer
+    r = env.step("open(1)")
+    assert r.info["error"] and r.observation == L.NO_RESULT.format(n=1)
+    env.step("ls(.)")
+    top = repo.dirs[""]
+    r = env.step("ls(2)")                                    # a folder by its number
+    assert r.observation.split(" ")[1] == repo.dirs[top[1].rstrip("/")][0]
+    assert env.history[-1]["path"] == top[1].rstrip("/")
+    assert env.step("open(1)").observation.startswith("error: ")   # ...its first entry: a folder
+    assert env.step("open(99)").observation == L.NO_RESULT.format(n=99)
+    env.step(f"grep({task.meta['message']})")                # every file raising the message
+    hits = env.listing()
+    assert set(hits) == set(task.meta["raised_in"])
+    r = env.step(f"open({hits.index(gold) + 1})")
+    assert r.observation.startswith(f'    raise ValueError("{task.meta["message"]}")')
+    assert env.history[-1]["path"] == gold
+    assert env.listing() == hits                             # open does not renumber
+    other = next(i for i, p in enumerate(hits, 1) if p != gold)
+    r = env.step(f"answer({other}, {hits.index(gold) + 1})")
+    assert (r.info["acc@1"], r.info["acc@5"]) == (0.0, 1.0)
+    env.reset(task)
+    env.step(f"grep(def {task.meta['chain'][-1]})")
+    assert env.step("answer(1)").reward == 1.0
+    env.reset(task)
+    env.step("grep(no such text)")                            # no matches: nothing to name
+    assert env.step("answer(1)").reward == 0.0
+
+
+def test_opening_a_grep_result_jumps_to_its_line(spec):
+    """open(N) of a grep result shows the file from the hit's line to the end, then how many
+    lines are above it; open(path), or a number from ls, shows the whole file."""
+    for task in spec.tasks("eval", 20):
+        env, _ = start_episode(spec)
+        env.reset(task)
+        fn, path = task.meta["chain"][-1], task.answer
+        lines = env.repo.files[path].split("\n")
+        at = lines.index(f"def {fn}(x):")
+        env.step(f"grep(def {fn})")
+        r = env.step("open(1)")
+        want = lines[at:] + ([f"({at} lines above)"] if at else [])
+        assert r.observation.split("\n") == want and not r.info["error"]
+        assert r.observation.split("\n")[1] == f'    raise ValueError("{task.meta["message"]}")'
+        assert env.history[-1]["path"] == path
+        assert env.step(f"open({path})").observation == env.repo.files[path]
+        env.step(f"ls({path})")
+        assert env.step("open(1)").observation == env.repo.files[path]
+
+
+def test_a_restored_state_refers_to_its_own_results(spec):
+    env, task = start_episode(spec, 1)
+    env.step("ls(.)")
+    snap = env.snapshot()
+    env.step(f"grep(def {task.meta['chain'][-1]})")
+    assert env.listing() == (task.answer,)
+    env.restore(snap)
+    assert env.listing() == tuple(e.rstrip("/") for e in env.repo.dirs[""])
+    assert env.step("answer(1)").reward == 0.0
 
 
 def test_answer_ranking_acc_at_k(spec):

@@ -52,6 +52,17 @@ def test_the_shipped_build_is_the_recipe_in_code(folder):
     assert size < 4 * 2**20, size
 
 
+def test_an_env_format_change_gives_its_builds_a_new_key(monkeypatch):
+    """A built-in env whose observations changed (tiny.ENV_FORMATS) changes the key of its
+    recipes only: its old builds are neither shipped nor cached for the new world."""
+    locate = tiny_recipe(load_config(SHIPPED["locate"][1], None))
+    search = tiny_recipe(load_config(None, None))
+    keys = locate.key(), search.key()
+    monkeypatch.setitem(tiny.ENV_FORMATS, "locate", tiny.ENV_FORMATS["locate"] + 1)
+    assert locate.key() != keys[0] and search.key() == keys[1]
+    assert tiny.shipped_path(locate) is None
+
+
 def test_the_main_command_loads_the_shipped_build_without_building(tmp_path, monkeypatch):
     from agentrl_cli.train.tiny_build import load_policy
 

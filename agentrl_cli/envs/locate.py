@@ -10,12 +10,19 @@ it). Grepping the message alone finds every place that raises it; following the 
 
 Tools (the whole assistant message is exactly one call, see `calls.py`); paths are relative to
 the repository root, and absolute paths or `..` are refused with an error observation:
-  ls(PATH)          -> the entries of a folder on one line (`auth/ db/`; `ls(.)` is the root)
-  grep(TEXT)        -> up to 5 lines containing TEXT (case-insensitive literal), `path: line`
-  open(PATH)        -> the file's text
+  ls(PATH)          -> the entries of a folder on one line, numbered (`[1] auth/ [2] db/`;
+                       `ls(.)` is the root)
+  grep(TEXT)        -> up to 5 numbered lines containing TEXT (case-insensitive literal),
+                       `[1] path: line`
+  open(PATH)        -> the file's text; a `grep` result's number opens the file at its line:
+                       that line to the end, then `(K lines above)` when it is not the first
   answer(F1, F2...) -> ends the episode with files ranked best first. info carries Acc@1 (the
                        first file is the gold one) and Acc@5 (it is among the first five);
                        reward = success = Acc@1.
+Wherever a path is asked for, a number N names the N-th result of the latest `ls` or `grep`
+(`open(1)`, `answer(2, 1)`): the agent refers to a path it has seen instead of copying it, as
+tool-using agents refer to a search result by its id, and `open` of a `grep` result jumps to
+the hit as an editor does. A number with no such result is an error.
 
 Everything is deterministic from the seed (`random.Random`, never the global RNG).
 """
@@ -52,12 +59,17 @@ OUTSIDE = "error: path outside the repository"
 TOOLS = ("ls", "grep", "open", "answer")
 # the tools as JSON schemas, for models that call tools in their own format (model.tool_format)
 TOOL_SCHEMAS = (
-    function_tool("ls", "List a folder's entries.", path=("string", "a folder, relative to the root; . is the root")),
-    function_tool("grep", "Find up to 5 lines containing the text (case-insensitive), as `path: line`.",
+    function_tool("ls", "List a folder's entries, numbered.",
+                  path=("string", "a folder, relative to the root (. is the root), or the "
+                                  "number of a result of the latest ls/grep")),
+    function_tool("grep", "Find up to 5 lines containing the text (case-insensitive), as "
+                          "numbered `[N] path: line`.",
                   text=("string", "the literal text to find")),
-    function_tool("open", "Open a file; returns its text.", path=("string", "a file, relative to the root")),
+    function_tool("open", "Open a file; returns its text.",
+                  path=("string", "a file, relative to the root, or the number of a result "
+                                  "of the latest ls/grep")),
     function_tool("answer", "Give the files to fix, best first; ends the episode.",
-                  files=("string", "comma-separated file paths, best first")),
+                  files=("string", "comma-separated file paths or result numbers, best first")),
 )
 TOOLS_SYSTEM_PROMPT = "Find the file to fix using the tools, one call per message; end with answer."
 GREP_HITS = 5
@@ -100,11 +112,12 @@ class Repo:
             out.append(self.callee[out[-1]])
         return out
 
-    def grep(self, text: str) -> list[str]:
-        """Every `path: line` whose line contains `text` (case-insensitive), in path order."""
+    def grep(self, text: str) -> list[tuple[str, int, str]]:
+        """Every `(path, line index, stripped line)` whose line contains `text`
+        (case-insensitive), in path order."""
         needle = text.lower()
-        return [f"{p}: {line.strip()}" for p in sorted(self.files)
-                for line in self.files[p].split("\n") if needle in line.lower()]
+        return [(p, i, line.strip()) for p in sorted(self.files)
+                for i, line in enumerate(self.files[p].split("\n")) if needle in line.lower()]
 
 
 def make_repo(key: str, n_files: int) -> Repo:
@@ -261,21 +274,19 @@ def _shared_tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train
 
 
 # ------------------------------------------------------------------------------ env
-def _ranked(arg: str) -> list[str | None]:
-    """Files of an answer, best first, duplicates dropped (refused paths stay as None)."""
-    out: list[str | None] = []
-    for part in re.split(r"[,\s]+", arg.strip()):
-        if part:
-            p = resolve_path(part.strip("\"'"))
-            if p is None or p not in out:
-                out.append(p)
-    return out
+NO_RESULT = "error: no result {n} in the latest ls or grep"
+
+
+def _numbered(entries: list[str], sep: str) -> str:
+    return sep.join(f"[{i}] {e}" for i, e in enumerate(entries, 1))
 
 
 class LocateEnv(CallEnv):
     """One episode at a time over its task's repository: `ls`, `grep`, `open` and `answer`
     (see `CallEnv` for the bookkeeping). A history entry also holds the resolved `path` of an
-    `ls` / `open` (None otherwise); an answer's `info` holds Acc@1 and Acc@5."""
+    `ls` / `open` (None otherwise) and, for an `ls` or `grep` that ran, its `listing`: the
+    paths its numbered results name (a tuple; None for other steps), and for a `grep` its
+    results' line indexes (`lines`). An answer's `info` holds Acc@1 and Acc@5."""
 
     system_prompt = SYSTEM_PROMPT
     tools = TOOLS
@@ -283,23 +294,66 @@ class LocateEnv(CallEnv):
     failed_info = {"success": False, "acc@1": 0.0, "acc@5": 0.0}
 
     def _load(self) -> None:
-        # the repository is rebuilt (cached) from the task, never snapshotted
+        # the repository is rebuilt (cached) from the task, never snapshotted; the numbered
+        # results live in the history, so a restored state refers to its own
         self.repo: Repo | None = None if self.task is None else _repo(self.task.meta["repo"],
                                                                       self.task.meta["n_files"])
+        self._new_listing: tuple[str, ...] | None = None
+        self._new_lines: tuple[int, ...] | None = None
 
-    def _ls(self, path: str | None, arg: str) -> tuple[str, bool]:
+    def listing(self) -> tuple[str, ...]:
+        """The paths the latest `ls` or `grep` numbered (empty before any)."""
+        for h in reversed(self.history):
+            if h.get("listing") is not None:
+                return h["listing"]
+        return ()
+
+    def _hit_line(self, arg: str) -> int:
+        """The line index of the `grep` result `arg` names (0: not a grep result number)."""
+        text = arg.strip()
+        for h in reversed(self.history):
+            if h.get("listing") is not None:
+                lines = h.get("lines")
+                n = int(text) if text.isdigit() else 0
+                return lines[n - 1] if lines and 1 <= n <= len(lines) else 0
+        return 0
+
+    def resolve(self, arg: str) -> tuple[str | None, str | None]:
+        """`(path, None)` for a repository path or a result number, `(None, observation)` when
+        the path is outside the repository or the number names no result."""
+        text = arg.strip()
+        if text.isdigit():
+            found = self.listing()
+            n = int(text)
+            if 1 <= n <= len(found):
+                return found[n - 1], None
+            return None, NO_RESULT.format(n=n)
+        path = resolve_path(text)
+        return (path, None) if path is not None else (None, OUTSIDE)
+
+    def _ls(self, arg: str) -> tuple[str, bool]:
+        path, why = self.resolve(arg)
         if path is None:
-            return OUTSIDE, True
+            return why, True
         if path in self.repo.dirs:
-            return " ".join(self.repo.dirs[path]) or "(empty)", False
+            entries = list(self.repo.dirs[path])
+            self._new_listing = tuple(f"{path}/{e}".strip("/") if path else e.rstrip("/")
+                                      for e in entries)
+            return _numbered(entries, " ") or "(empty)", False
         if path in self.repo.files:
-            return path, False
+            self._new_listing = (path,)
+            return _numbered([path], " "), False
         return f"error: no such path {arg}", True
 
-    def _open(self, path: str | None, arg: str) -> tuple[str, bool]:
+    def _open(self, arg: str) -> tuple[str, bool]:
+        path, why = self.resolve(arg)
         if path is None:
-            return OUTSIDE, True
+            return why, True
         if path in self.repo.files:
+            line = self._hit_line(arg)
+            if line:
+                lines = self.repo.files[path].split("\n")
+                return "\n".join(lines[line:] + [f"({line} lines above)"]), False
             return self.repo.files[path], False
         if path in self.repo.dirs:
             return f"error: {arg} is a folder", True
@@ -309,20 +363,35 @@ class LocateEnv(CallEnv):
         if not arg:
             return "error: empty pattern", True
         hits = self.repo.grep(arg)
+        shown = hits[:GREP_HITS]
+        self._new_listing = tuple(p for p, _, _ in shown)
+        self._new_lines = tuple(i for _, i, _ in shown)
         if not hits:
             return "no matches", False
         extra = len(hits) - GREP_HITS
-        return "\n".join(hits[:GREP_HITS] + ([f"({extra} more)"] if extra > 0 else [])), False
+        return (_numbered([f"{p}: {text}" for p, _, text in shown], "\n")
+                + (f"\n({extra} more)" if extra > 0 else "")), False
 
     def _tool(self, tool: str, arg: str) -> tuple[str, bool]:
         if tool == "ls":
-            return self._ls(resolve_path(arg), arg)
+            return self._ls(arg)
         if tool == "open":
-            return self._open(resolve_path(arg), arg)
+            return self._open(arg)
         return self._grep(arg)
 
+    def ranked(self, arg: str) -> list[str | None]:
+        """Files of an answer, best first (paths or result numbers), duplicates dropped;
+        refused paths and numbers with no result stay as None."""
+        out: list[str | None] = []
+        for part in re.split(r"[,\s]+", arg.strip()):
+            if part:
+                p = self.resolve(part.strip("\"'"))[0]
+                if p is None or p not in out:
+                    out.append(p)
+        return out
+
     def _answer(self, arg: str) -> dict[str, Any]:
-        ranked = _ranked(arg)
+        ranked = self.ranked(arg)
         gold = self.task.answer
         acc1 = float(bool(ranked) and ranked[0] == gold)
         acc5 = float(gold in ranked[:5])
@@ -330,13 +399,23 @@ class LocateEnv(CallEnv):
 
     def _record(self, action: str, tool: str | None, arg: str, obs: str,
                 error: bool) -> dict[str, Any]:
-        path = resolve_path(arg) if tool in ("ls", "open") else None
+        # runs before the entry joins the history: a number resolves against the listing
+        # the call saw
+        path = self.resolve(arg)[0] if tool in ("ls", "open") else None
+        listing, self._new_listing = self._new_listing, None
+        lines, self._new_lines = self._new_lines, None
         return {"action": action, "tool": tool, "arg": arg, "path": path,
-                "observation": obs, "error": error}
+                "observation": obs, "error": error, "listing": listing, "lines": lines}
 
 
 def _same(a: str, b: str) -> bool:
     return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def _ref(env: LocateEnv, path: str) -> str:
+    """The number of `path` in the latest numbered results, else the path itself."""
+    found = env.listing()
+    return str(found.index(path) + 1) if path in found else path
 
 
 def _expert_action(env: LocateEnv, rng: random.Random, error_rate: float) -> str:
@@ -351,17 +430,15 @@ def _expert_action(env: LocateEnv, rng: random.Random, error_rate: float) -> str
             while k < len(chain) and files[k] == h["path"]:
                 k += 1
     if k >= len(chain):
-        return f"answer({task.answer})"
+        return f"answer({_ref(env, task.answer)})"
     last = env.history[-1] if env.history else None
     if last is not None and last["tool"] == "grep" and not last["error"]:
         if _same(last["arg"], f"def {chain[k]}"):
-            return f"open({files[k]})"
+            return f"open({_ref(env, files[k])})"
         if error_rate > 0 and _same(last["arg"], msg) and last["observation"] != "no matches":
-            hits = [line.split(": ", 1)[0] for line in last["observation"].split("\n")
-                    if ": " in line]
-            ranked = list(dict.fromkeys(hits))
+            ranked = list(dict.fromkeys(last["listing"]))
             rng.shuffle(ranked)
-            return f"answer({', '.join(ranked[:5])})"
+            return f"answer({', '.join(_ref(env, p) for p in ranked[:5])})"
     if error_rate > 0 and rng.random() < error_rate:
         return f"grep({msg})"
     return f"grep(def {chain[k]})"
@@ -406,8 +483,9 @@ class LocateSpec:
         return list(all_tasks if n is None else all_tasks[:n])
 
     def expert(self, env: LocateEnv, rng: random.Random, error_rate: float = 0.0) -> str:
-        """Per function of the call chain: `grep(def <function>)`, then `open(<its file>)` to read
-        which function it calls (or the error it raises); finally `answer(<file>)`. With
+        """Per function of the call chain: `grep(def <function>)`, then `open(N)` (N: its file's
+        number among the results) to read which function it calls (or the error it raises);
+        finally `answer(N)` (or the path, when the latest results do not hold it). With
         `error_rate` e, before each grep the expert takes a shortcut with probability e: it
         greps the error message and answers every file that raises it, in random order (Acc@5
         is then 1, Acc@1 about 1/3)."""

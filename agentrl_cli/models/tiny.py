@@ -30,6 +30,9 @@ from ..config import ENV_BOUNDARY_KEYS, EnvConfig
 
 RECIPE_VERSION = 9
 LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at its default
+# built-in envs whose observations or actions changed after their builds were made: the
+# format joins the key, so an old build (shipped or cached) is not loaded for the new world
+ENV_FORMATS = {"locate": 2}  # 2: numbered ls/grep results (open(1), answer(1)), open jumps to a hit
 # the recipe's env section under the names its key and recipe.json give them
 ENV_KEYS = {"name": "env", "seed": "env_seed"}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -99,6 +102,8 @@ class TinyRecipe:
         # fields added after a recipe version leave the key alone at their defaults, so a new
         # option does not invalidate every cached build
         flat = {k: v for k, v in self.flat().items() if LATER_FIELDS.get(k, object()) != v}
+        if self.env.name in ENV_FORMATS:
+            flat["env_format"] = ENV_FORMATS[self.env.name]
         blob = json.dumps({"v": RECIPE_VERSION, **flat}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
