@@ -49,7 +49,7 @@ def _solve(task) -> str:
     bags = [int(x) for x in bags.split(", ")]
     text = {line.split(": ", 1)[0].split(" ", 1)[1]: line.split(": ", 1)[1]
             for line in task.meta["rules"]}
-    num = lambda title, i=0: int(re.findall(r"\d+", text[title])[i])
+    num = lambda title, i=0: int(re.findall(r"(?<![a-z])\d+", text[title])[i])   # not bag1
     lounge = cabin == "business" or miles >= num("lounge access")
     upgrade = miles >= num("upgrades") and fare != "basic"
     change = 0 if fare == "flex" else num("change fee")
@@ -179,3 +179,29 @@ def test_expert_valid_after_policy_steps():
     spec20 = ENVS.get("rules")(seed=3, min_hops=1, max_hops=4, n_train=300, n_eval=100,
                                max_turns=20)
     check_expert_recovers(spec20, spec20.tasks("eval"), random.Random(4), prefix)
+
+
+def test_calc_refers_to_the_amounts_of_the_rules_read():
+    """A rule names its dollar amounts; calc knows the names of the rules the episode has
+    read (an unread one is an error) and the expert's fee expressions use names only."""
+    spec = ENVS.get("rules")(seed=0)
+    env, task = start_episode(spec)
+    book = {line.split(" ", 1)[0]: line for line in task.meta["rules"]}
+    bag = next(rid for rid, line in book.items() if " checked bag fee: " in line)
+    amounts = R.rule_amounts(book[bag])
+    assert set(amounts) == {"bag1", "bag2"}
+    r = env.step("calc(bag1+bag2*2)")
+    assert r.info["error"] and r.observation.startswith("error: unknown amount bag1")
+    snap = env.snapshot()
+    env.step(f"rule({bag})")
+    r = env.step("calc(bag1+bag2*2+1)")
+    assert r.observation == str(amounts["bag1"] + 2 * amounts["bag2"] + 1)
+    assert env.step("calc(heavy)").observation.startswith("error: unknown amount heavy")
+    env.restore(snap)                                  # before the rule was read
+    assert env.step("calc(bag1)").info["error"]
+    rng = random.Random(0)
+    for task, actions, _ in check_expert_solves(spec, spec.tasks("eval", 100), rng):
+        for a in actions:
+            if a.startswith("calc("):
+                assert re.fullmatch(r"calc\((bag1|bag2|heavy|change)(\*\d)?"
+                                    r"(\+(bag1|bag2|heavy|change)(\*\d)?)*\)", a), a

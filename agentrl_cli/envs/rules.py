@@ -10,8 +10,12 @@ differ from task to task. `hops` is the number of rules the question needs (1-4)
 
 Tools (the whole assistant message is exactly one call, see `calls.py`):
   search(QUERY)      -> up to 3 rules, one line each: `R4 overweight bags`
-  rule(ID)           -> the rule: `R4 overweight bags: each bag over 23 kg costs $100 extra.`
-  calc(EXPRESSION)   -> exact arithmetic (the `math` env's safe calculator)
+  rule(ID)           -> the rule: `R4 overweight bags: each bag over 23 kg costs $100 (heavy) extra.`
+  calc(EXPRESSION)   -> exact arithmetic (the `math` env's safe calculator) over numbers and the
+                        named amounts of the rules read so far: a rule names each dollar
+                        amount it sets (`$30 (bag1)`) and `calc(bag1+heavy*2)` uses them, so
+                        the agent refers to an amount instead of copying it. A name whose rule
+                        was not read in the episode is an error.
   answer(TEXT)       -> ends the episode; reward 1.0 if right, else 0.0: `yes`/`no`
                         (case and punctuation ignored), or a number checked by math-verify
                         (`220`, `$220` and `220.0` all match).
@@ -52,8 +56,9 @@ TOOL_SCHEMAS = (
     function_tool("search", "Search the rulebook; returns up to 3 rules, one `id title` per line.",
                   query=("string", "words to search for, e.g. bag fee")),
     function_tool("rule", "Read a rule.", id=("string", "a rule id from a search result, e.g. R4")),
-    function_tool("calc", "Exact arithmetic over + - * / ** and parentheses.",
-                  expression=("string", "e.g. 2*35+100")),
+    function_tool("calc", "Exact arithmetic over + - * / ** and parentheses, with the named "
+                          "amounts of the rules read, e.g. bag1 for `$30 (bag1)`.",
+                  expression=("string", "e.g. bag1+heavy*2+100")),
     function_tool("answer", "Give the final answer; ends the episode.",
                   text=("string", "yes, no or a whole-dollar amount")),
 )
@@ -90,16 +95,18 @@ def _rulebook(rng: random.Random) -> tuple[dict[str, Rule], dict[str, int]]:
          "P": rng.randrange(40, 130, 10), "S": rng.randrange(10, 40, 5)}
     items = [
         ("bag", "checked bag fee",
-         f"the first checked bag costs ${p['A']}, each further bag ${p['B']}."),
+         f"the first checked bag costs ${p['A']} (bag1), each further bag ${p['B']} "
+         "(bag2)."),
         ("gold", "gold member bags",
          f"gold members check their first {p['N']} bag{'s' if p['N'] > 1 else ''} free."),
-        ("weight", "overweight bags", f"each bag over {p['W']} kg costs ${p['C']} extra."),
-        ("change", "change fee", f"a flight change costs ${p['D']}, free on flex fares."),
+        ("weight", "overweight bags",
+         f"each bag over {p['W']} kg costs ${p['C']} (heavy) extra."),
+        ("change", "change fee", f"a flight change costs ${p['D']} (change), free on flex fares."),
         ("lounge", "lounge access", f"business class, or at least {p['L']} miles."),
         ("upgrade", "upgrades", f"need at least {p['M']} miles and a fare that is not basic."),
         ("refund", "refunds", f"within {p['H']} hours of booking, or any time on flex fares."),
-        ("pet", "pets in cabin", f"${p['P']} per pet, not on basic fares."),
-        ("seat", "seat choice", f"${p['S']} per seat, free in business class."),
+        ("pet", "pets in cabin", f"${p['P']} (pet) per pet, not on basic fares."),
+        ("seat", "seat choice", f"${p['S']} (seat) per seat, free in business class."),
     ]
     ids = [f"R{i}" for i in range(1, len(items) + 1)]
     rng.shuffle(ids)
@@ -134,14 +141,15 @@ def _bag_terms(p: dict[str, int], gold: bool, bags: list[int]) -> list[tuple[str
     paid = [i for i in range(len(bags)) if i >= free]
     terms = []
     if 0 in paid:
-        terms.append(("bag", str(p["A"]), p["A"]))
+        terms.append(("bag", "bag1", p["A"]))
     further = len([i for i in paid if i > 0])
     if further:
-        terms.append(("bag", f"{p['B']}*{further}" if further > 1 else str(p["B"]),
+        terms.append(("bag", f"bag2*{further}" if further > 1 else "bag2",
                       p["B"] * further))
     heavy = sum(w > p["W"] for w in bags)
     if heavy:
-        terms.append(("weight", f"{p['C']}*{heavy}" if heavy > 1 else str(p["C"]), p["C"] * heavy))
+        terms.append(("weight", f"heavy*{heavy}" if heavy > 1 else "heavy",
+                      p["C"] * heavy))
     return terms
 
 
@@ -177,7 +185,7 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
     if kind == "change":
         q = f"What does {name} pay to change the flight, in $?"
         topics, answer = ["change"], str(change)
-        terms = [("change", str(change), change)]
+        terms = [("change", "change", change)]
     elif kind == "lounge":
         q, topics, answer = f"Does {name} get lounge access?", ["lounge"], "yes" if lounge else "no"
     elif kind == "upgrade":
@@ -193,7 +201,7 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
         terms = _bag_terms(p, gold_member, bags)
         if kind == "bags_change":
             topics.append("change")
-            terms.append(("change", str(change), change))
+            terms.append(("change", "change", change))
             q = f"{name} changes the flight. What are the bag and change fees in total, in $?"
         else:
             q = f"What is {name}'s checked bag fee in $?"
@@ -238,9 +246,19 @@ def check_rules_answer(pred: str, gold: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ env
+AMOUNT = re.compile(r"\$(\d+) \(([a-z_][a-z_0-9]*)\)")      # a named amount in a rule's text
+NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def rule_amounts(text: str) -> dict[str, int]:
+    """The named amounts a rule's text sets: `$30 (bag1)` -> {"bag1": 30}."""
+    return {name: int(value) for value, name in AMOUNT.findall(text)}
+
+
 class RulesEnv(CallEnv):
     """One episode at a time: `search`, `rule`, `calc` and `answer` over the task's rulebook
-    (see `CallEnv` for the bookkeeping)."""
+    (see `CallEnv` for the bookkeeping). `calc` knows the named amounts of the rules the
+    episode has read (from its history, so a restored state knows its own)."""
 
     system_prompt = SYSTEM_PROMPT
     tools = TOOLS
@@ -263,8 +281,15 @@ class RulesEnv(CallEnv):
         if tool == "rule":
             r = self.book.get(arg.upper())
             return (r.render(), False) if r is not None else (f"error: no rule {arg}", True)
+        known: dict[str, int] = {}
+        for h in self.history:
+            if h["tool"] == "rule" and not h["error"]:
+                known.update(rule_amounts(h["observation"]))
+        unknown = [n for n in NAME.findall(arg) if n not in known]
+        if unknown:
+            return f"error: unknown amount {unknown[0]} (read the rule that names it)", True
         try:  # calc
-            return format_number(calculate(arg)), False
+            return format_number(calculate(NAME.sub(lambda m: str(known[m.group(0)]), arg))), False
         except CalcError as e:
             return f"error: {e}", True
 
@@ -281,9 +306,7 @@ def _wrong(rng: random.Random, meta: dict, answer: str) -> tuple[str | None, str
     if len(terms) >= 2:                       # one fee term forgotten
         drop = rng.randrange(len(terms))
         kept = [t for i, t in enumerate(terms) if i != drop]
-        if len(kept) > 1:
-            return "+".join(e for _, e, _ in kept), ""
-        return None, str(kept[0][2])
+        return "+".join(e for _, e, _ in kept), ""
     value = int(answer)
     return None, str(value + (25 if value < 25 else rng.choice((-25, 25, 50))))
 
@@ -306,7 +329,7 @@ def _expert_action(env: RulesEnv, rng: random.Random, error_rate: float) -> str:
     for rid, query in zip(meta["needed"], meta["queries"]):
         if rid not in read:
             return f"rule({rid})" if rid in seen_ids else f"search({query})"
-    right = "+".join(e for _, e, _ in meta["terms"]) if len(meta["terms"]) > 1 else None
+    right = "+".join(e for _, e, _ in meta["terms"]) or None     # named amounts, None for $0
     last = env.history[-1] if env.history else None
     if last is not None and last["tool"] == "calc" and not last["error"]:
         if last["arg"] == right or error_rate > 0:
@@ -330,9 +353,10 @@ class RulesSpec(CallSpec):
 
     def expert(self, env: RulesEnv, rng: random.Random, error_rate: float = 0.0) -> str:
         """For each rule the question needs: `search(<topic>)` unless its id was already in a
-        search result, then `rule(<id>)`; then `calc(<fee terms>)` when a fee has several terms;
-        then `answer(...)`. With `error_rate` e, the expert misapplies one rule with probability
-        1 - (1 - e)^hops (drops one fee term, or flips yes/no) and answers accordingly."""
+        search result, then `rule(<id>)`; then, for a fee, `calc(<its terms by name>)`
+        (`calc(bag1+heavy*2)`; none for a fee of $0); then `answer(...)`. With `error_rate` e,
+        the expert misapplies one rule with probability 1 - (1 - e)^hops (drops one fee term,
+        or flips yes/no) and answers accordingly."""
         return _expert_action(env, rng, error_rate)
 
 
