@@ -14,7 +14,7 @@ from agentrl_cli import config
 from agentrl_cli.cli.main import app
 from agentrl_cli.credit import refine_values
 from agentrl_cli.diagnostics import audit as A
-from agentrl_cli.diagnostics.critic_rank import ranks, spearman
+from agentrl_cli.metrics import ranks, spearman
 from agentrl_cli.diagnostics.tool_calls import detect_collapse, trailing_mean
 from agentrl_cli.diagnostics.variance import decompose, summarize
 from agentrl_cli.rollout import planner as focus_mod

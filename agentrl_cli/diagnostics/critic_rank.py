@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..errors import ConfigError
 from ..config import RunConfig
-from ..metrics import ranks, spearman  # noqa: F401  (ranks re-exported)
+from ..metrics import spearman
 from .mc import continue_from, critic_at_states, load_checkpoint_policy, sample_episodes
 
 
