@@ -51,6 +51,7 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
     steps = [r for r in rows if "rollout/tokens" in r]
     last = max(checks)
     label = run.parent.name if run.name.startswith("seed-") else summary["method"]
+    zero_spread = logged_mean(steps, "rollout/zero_spread_groups")
     return {"label": label, "seed": summary["seed"], "base": checks[0]["eval/success"],
             "final": checks[last]["eval/success"],
             "mean_checks": statistics.mean(r["eval/success"] for s, r in checks.items()
@@ -58,21 +59,23 @@ def load_run(run: Path, lo: int = 1, hi: int | None = None) -> dict | None:
             "tokens_per_step": statistics.mean(r["rollout/tokens"] for r in steps),
             "tpq": checks[last]["eval/tokens_per_question"],
             # the share of a step's groups (a GRPO group, a task's tree) whose outcomes differ
-            "mixed": statistics.mean(1 - r["rollout/zero_spread_groups"] for r in steps
-                                     if "rollout/zero_spread_groups" in r) if any(
-                "rollout/zero_spread_groups" in r for r in steps) else None,
+            "mixed": None if zero_spread is None else 1 - zero_spread,
             "depths": launch_depths(steps),
             # the critic's rank of the tree's states against their own outcomes (a tree method
-            # with a critic; `focus/critic_rank`), mean over the steps that logged it
-            "critic_rank": statistics.mean(r["focus/critic_rank"] for r in steps
-                                           if "focus/critic_rank" in r) if any(
-                "focus/critic_rank" in r for r in steps) else None,
+            # with a critic)
+            "critic_rank": logged_mean(steps, "focus/critic_rank"),
             "tasks": tasks_per_step(run),
             "pass_k": pass_at_k(run),
             "summary": summary, "steps": summary.get("steps", last),
             "s_per_step": statistics.mean(r["time/step"] for r in steps if "time/step" in r),
             "se": statistics.mean(r["eval/success_se"] for r in checks.values())
             if all("eval/success_se" in r for r in checks.values()) else None}
+
+
+def logged_mean(steps: list[dict], key: str) -> float | None:
+    """The mean of `key` over the steps that logged it; None when none did."""
+    values = [r[key] for r in steps if key in r]
+    return statistics.mean(values) if values else None
 
 
 PASS_FILE = "eval-pass-at-k.json"      # `agentrl eval --json` of the run's last checkpoint

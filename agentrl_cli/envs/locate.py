@@ -301,22 +301,22 @@ class LocateEnv(CallEnv):
         self._new_listing: tuple[str, ...] | None = None
         self._new_lines: tuple[int, ...] | None = None
 
+    def _latest(self) -> dict | None:
+        """The history entry of the latest `ls` or `grep` that ran (None before any)."""
+        return next((h for h in reversed(self.history) if h["listing"] is not None), None)
+
     def listing(self) -> tuple[str, ...]:
         """The paths the latest `ls` or `grep` numbered (empty before any)."""
-        for h in reversed(self.history):
-            if h.get("listing") is not None:
-                return h["listing"]
-        return ()
+        latest = self._latest()
+        return () if latest is None else latest["listing"]
 
     def _hit_line(self, arg: str) -> int:
         """The line index of the `grep` result `arg` names (0: not a grep result number)."""
-        text = arg.strip()
-        for h in reversed(self.history):
-            if h.get("listing") is not None:
-                lines = h.get("lines")
-                n = int(text) if text.isdigit() else 0
-                return lines[n - 1] if lines and 1 <= n <= len(lines) else 0
-        return 0
+        latest, text = self._latest(), arg.strip()
+        if latest is None or not latest["lines"] or not text.isdigit():
+            return 0
+        n = int(text)
+        return latest["lines"][n - 1] if 1 <= n <= len(latest["lines"]) else 0
 
     def resolve(self, arg: str) -> tuple[str | None, str | None]:
         """`(path, None)` for a repository path or a result number, `(None, observation)` when
