@@ -3,6 +3,8 @@ JSONL rows of FOCUS trees (the trees themselves come from `train.collect.collect
 start from the trainer's critic)."""
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..config import RunConfig
@@ -21,8 +23,11 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
 
     if policy == "expert":                # no model: the env spec alone
         spec = make_spec(cfg)
-        return run_expert(expert_format(cfg, spec, log), spec, pairs(spec), cfg.rollout.max_tokens,
-                          seed=cfg.seed)
+        fmt, byte_level = expert_format(cfg, spec, log)
+        # rollout.max_tokens is a model's context; byte-level ids have no model behind them,
+        # and counting bytes against it would cut the expert's episodes short
+        limit = sys.maxsize if byte_level else cfg.rollout.max_tokens
+        return run_expert(fmt, spec, pairs(spec), limit, seed=cfg.seed)
     rt = build_runtime(cfg)
     return run_episodes(rt.engine, rt.fmt, rt.spec, pairs(rt.spec), rt.params,
                         cfg.rollout.max_tokens, cfg.rollout.batch_size,
@@ -30,10 +35,11 @@ def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
 
 
 def expert_format(cfg: RunConfig, spec, log=lambda s: None):
-    """The chat format an expert rollout records its token ids with (the expert needs no
-    model, so none is built for it). With `tiny`: the tiny agent's tokenizer when that agent
-    is already built (shipped, or in the cache), else a byte-level tokenizer with the tiny chat
-    template (one token per byte), said in one line."""
+    """(the chat format an expert rollout records its token ids with, whether it is the
+    byte-level fallback). The expert needs no model, so none is built for it. With `tiny`: the
+    tiny agent's tokenizer when that agent is already built (shipped, or in the cache), else a
+    byte-level tokenizer with the tiny chat template (one token per byte), said in one line;
+    its episodes end at `env.max_turns` only (no model context to fit)."""
     from ..models.chat import ChatFormat
     from ..models.loading import chat_format, model_path, tiny_recipe
     from ..models.tiny import is_built, tiny_path
@@ -42,9 +48,10 @@ def expert_format(cfg: RunConfig, spec, log=lambda s: None):
         from ..models.tiny import train_tokenizer
 
         log(f"no tiny agent is built for env '{cfg.env.name}': the expert's episodes record "
-            "byte-level token ids (no model is built for an expert rollout)")
-        return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0))
-    return chat_format(cfg, model_path(cfg))[1]     # model.chat_template and its checks apply
+            "byte-level token ids (no model is built for an expert rollout; episodes end at "
+            "env.max_turns, not rollout.max_tokens)")
+        return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0)), True
+    return chat_format(cfg, model_path(cfg))[1], False   # model.chat_template and its checks apply
 
 
 def tree_rows(trees, episodes: list[Episode], values: list | None = None) -> list[dict]:
