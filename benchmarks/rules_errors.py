@@ -5,9 +5,10 @@
     python benchmarks/rules_errors.py rules240.jsonl
 
 Each episode of a numeric question is one of: right; no answer; answered without `calc` (when
-the fee has one term or none, or several); the last `calc` has as many terms as the fee but
-other amounts (split by whether every number in it appears in the episode's context: copied
-wrong or picked wrong); the last `calc` has another number of terms (which rules apply).
+the fee has one term or none, or several); the last `calc` names the fee's amounts as often as
+the fee does but is wrong (split by whether every number in it appears in the episode's
+context: copied wrong or picked wrong); the last `calc` names other amounts or counts them
+otherwise (which rules apply, to how many bags).
 Yes/no questions are counted right or wrong. The tasks are rebuilt from the env's settings
 (`--n-train`, default the CPU experiment file's 10000) to read each fee's terms.
 """
@@ -18,7 +19,7 @@ import json
 import re
 from collections import Counter
 
-from agentrl_cli.envs.rules import make_rules_spec
+from agentrl_cli.envs.rules import fee_counts, make_rules_spec
 
 
 def classify(episode: dict, meta: dict) -> str:
@@ -34,13 +35,13 @@ def classify(episode: dict, meta: dict) -> str:
         several = "several terms" if len(meta["terms"]) > 1 else "one term or none"
         return f"numeric: answered without calc, the fee has {several}"
     expr = calcs[-1][len("calc("):-1]
-    if len([t for t in expr.split("+") if t]) != len(meta["terms"]):
-        return "numeric: another number of terms (which rules apply)"
+    if fee_counts(expr) != fee_counts("+".join(e for _, e, _ in meta["terms"])):
+        return "numeric: other rules or counts (which rules apply, to how many bags)"
     context = " ".join(t["observation"] for t in episode["turns"]) + " " + episode["question"]
     seen = set(re.findall(r"\d+", context))
     where = ("every number in it is in the context" if all(n in seen for n in re.findall(r"\d+", expr))
              else "a number not in the context (copied wrong)")
-    return f"numeric: as many terms, other amounts, {where}"
+    return f"numeric: the same named amounts, other numbers, {where}"
 
 
 def main() -> None:

@@ -106,7 +106,7 @@ def test_expert_solves_both_splits(spec, wide):
         for task, actions, _ in check_expert_solves(s, s.tasks("train") + s.tasks("eval"), rng):
             assert sum(a.startswith("rule(") for a in actions) == task.meta["hops"]
             assert len(actions) <= 2 * task.meta["hops"] + 2
-            assert all(len(a) <= 40 for a in actions)
+            assert all(len(a) <= 48 for a in actions)
 
 
 def test_imperfect_expert_rate(wide):
@@ -203,5 +203,25 @@ def test_calc_refers_to_the_amounts_of_the_rules_read():
     for task, actions, _ in check_expert_solves(spec, spec.tasks("eval", 100), rng):
         for a in actions:
             if a.startswith("calc("):
-                assert re.fullmatch(r"calc\((bag1|bag2|heavy|change)(\*\d)?"
-                                    r"(\+(bag1|bag2|heavy|change)(\*\d)?)*\)", a), a
+                assert re.fullmatch(r"calc\((0|bag1|bag2|heavy|change)"
+                                    r"(\+(0|bag1|bag2|heavy|change))*\)", a), a
+
+
+def test_the_expert_itemises_the_bag_fee_bag_by_bag():
+    """One base amount per bag in the case's order (0 while a gold member's bags are free,
+    bag1 for the first, bag2 after), `heavy` right after a bag over the limit; the items sum to
+    the counted fee and the gold answer."""
+    p = {"A": 30, "B": 40, "N": 2, "W": 23, "C": 100}
+    assert R.bag_items(p, False, [24, 18, 30]) == ["bag1", "heavy", "bag2", "bag2", "heavy"]
+    assert R.bag_items(p, True, [24, 18, 30]) == ["0", "heavy", "0", "bag2", "heavy"]
+    assert R.bag_items(p, True, [12]) == ["0"]
+    assert R.bag_items({**p, "N": 1}, True, [12, 23]) == ["0", "bag2"]   # 23 is not over 23
+    assert R.fee_counts("bag1+heavy+bag2+bag2*2+0+7") == {"bag1": 1, "heavy": 1, "bag2": 3}
+    spec = ENVS.get("rules")(seed=0)
+    for task in spec.tasks("eval"):
+        m = task.meta
+        if not m["numeric"]:
+            continue
+        counted = {e.partition("*")[0]: int(e.partition("*")[2] or 1) for _, e, _ in m["terms"]}
+        assert R.fee_counts("+".join(m["items"])) == counted, task.prompt
+        assert sum(v for _, _, v in m["terms"]) == int(task.answer)

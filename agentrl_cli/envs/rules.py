@@ -136,7 +136,8 @@ def search_rules(book: dict[str, Rule], query: str, k: int = TOP_K) -> list[Rule
 
 
 def _bag_terms(p: dict[str, int], gold: bool, bags: list[int]) -> list[tuple[str, str, int]]:
-    """(topic, expression, value) of each fee term of the checked bags."""
+    """(topic, expression, value) of each fee term of the checked bags, counted: the same
+    amount once with its multiplier (`bag2*2`)."""
     free = p["N"] if gold else 0
     paid = [i for i in range(len(bags)) if i >= free]
     terms = []
@@ -151,6 +152,34 @@ def _bag_terms(p: dict[str, int], gold: bool, bags: list[int]) -> list[tuple[str
         terms.append(("weight", f"heavy*{heavy}" if heavy > 1 else "heavy",
                       p["C"] * heavy))
     return terms
+
+
+def bag_items(p: dict[str, int], gold: bool, bags: list[int]) -> list[str]:
+    """The checked bags' fee itemised bag by bag, in the case's order: each bag's base amount
+    (`0` for a gold member's free bag, `bag1` for the first bag, `bag2` after it), then
+    `heavy` when it is over the weight limit. The sum equals `_bag_terms`'s; the expert writes
+    it this way so each rule's application is one decision about one bag."""
+    free = p["N"] if gold else 0
+    items = []
+    for i, w in enumerate(bags):
+        items.append("0" if i < free else "bag1" if i == 0 else "bag2")
+        if w > p["W"]:
+            items.append("heavy")
+    return items
+
+
+FEE_NAMES = ("bag1", "bag2", "heavy", "change")
+
+
+def fee_counts(expr: str) -> dict[str, int]:
+    """How often each named amount enters a `+`-sum of names, `name*k` and numbers:
+    `bag1+heavy+bag2*2` -> {"bag1": 1, "heavy": 1, "bag2": 2}; numbers are ignored."""
+    counts: dict[str, int] = {}
+    for term in expr.replace(" ", "").split("+"):
+        name, _, k = term.partition("*")
+        if NAME.fullmatch(name):
+            counts[name] = counts.get(name, 0) + (int(k) if k.isdigit() else 1)
+    return counts
 
 
 def make_case(rng: random.Random, hops: int) -> tuple[str, str, dict]:
@@ -182,10 +211,12 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
     upgrade = miles >= p["M"] and fare != "basic"
     change = 0 if fare == "flex" else p["D"]
     terms: list[tuple[str, str, int]] = []
+    items: list[str] = []                     # the fee bag by bag (`bag_items`), then change
     if kind == "change":
         q = f"What does {name} pay to change the flight, in $?"
         topics, answer = ["change"], str(change)
         terms = [("change", "change", change)]
+        items = ["change"] if change else []
     elif kind == "lounge":
         q, topics, answer = f"Does {name} get lounge access?", ["lounge"], "yes" if lounge else "no"
     elif kind == "upgrade":
@@ -199,9 +230,11 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
     else:
         topics = ["bag", "weight"] + (["gold"] if gold_member else [])
         terms = _bag_terms(p, gold_member, bags)
+        items = bag_items(p, gold_member, bags)
         if kind == "bags_change":
             topics.append("change")
             terms.append(("change", "change", change))
+            items += ["change"] if change else []
             q = f"{name} changes the flight. What are the bag and change fees in total, in $?"
         else:
             q = f"What is {name}'s checked bag fee in $?"
@@ -209,7 +242,7 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
     by_topic = {r.topic: r.rule_id for r in book.values()}
     meta = {"hops": hops, "kind": kind, "rules": [r.render() for r in book.values()],
             "needed": [by_topic[t] for t in topics], "queries": [_QUERY[t] for t in topics],
-            "terms": [[t, e, v] for t, e, v in terms if v != 0],
+            "terms": [[t, e, v] for t, e, v in terms if v != 0], "items": items,
             "numeric": answer not in ("yes", "no")}
     return f"{facts} Question: {q}", answer, meta
 
@@ -302,11 +335,11 @@ def _wrong(rng: random.Random, meta: dict, answer: str) -> tuple[str | None, str
     and else the answer)."""
     if answer in ("yes", "no"):
         return None, "no" if answer == "yes" else "yes"
-    terms = meta["terms"]
-    if len(terms) >= 2:                       # one fee term forgotten
-        drop = rng.randrange(len(terms))
-        kept = [t for i, t in enumerate(terms) if i != drop]
-        return "+".join(e for _, e, _ in kept), ""
+    items = meta["items"]
+    paid = [i for i, e in enumerate(items) if e != "0"]
+    if len(paid) >= 2:                        # one fee item forgotten
+        drop = rng.choice(paid)
+        return "+".join(e for i, e in enumerate(items) if i != drop), ""
     value = int(answer)
     return None, str(value + (25 if value < 25 else rng.choice((-25, 25, 50))))
 
@@ -329,7 +362,7 @@ def _expert_action(env: RulesEnv, rng: random.Random, error_rate: float) -> str:
     for rid, query in zip(meta["needed"], meta["queries"]):
         if rid not in read:
             return f"rule({rid})" if rid in seen_ids else f"search({query})"
-    right = "+".join(e for _, e, _ in meta["terms"]) or None     # named amounts, None for $0
+    right = "+".join(meta["items"]) or None      # named amounts bag by bag, None for $0
     last = env.history[-1] if env.history else None
     if last is not None and last["tool"] == "calc" and not last["error"]:
         if last["arg"] == right or error_rate > 0:
@@ -353,10 +386,11 @@ class RulesSpec(CallSpec):
 
     def expert(self, env: RulesEnv, rng: random.Random, error_rate: float = 0.0) -> str:
         """For each rule the question needs: `search(<topic>)` unless its id was already in a
-        search result, then `rule(<id>)`; then, for a fee, `calc(<its terms by name>)`
-        (`calc(bag1+heavy*2)`; none for a fee of $0); then `answer(...)`. With `error_rate` e,
-        the expert misapplies one rule with probability 1 - (1 - e)^hops (drops one fee term,
-        or flips yes/no) and answers accordingly."""
+        search result, then `rule(<id>)`; then, for a fee, `calc(<its amounts by name, bag by
+        bag>)` (`calc(bag1+heavy+bag2+change)` for two bags, the first over the limit;
+        `bag_items`; none for a fee of $0); then `answer(...)`. With `error_rate` e, the
+        expert misapplies one rule with probability 1 - (1 - e)^hops (drops one fee item, or
+        flips yes/no) and answers accordingly."""
         return _expert_action(env, rng, error_rate)
 
 

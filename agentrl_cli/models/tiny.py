@@ -33,8 +33,9 @@ LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at i
 # built-in envs whose observations or actions changed after their builds were made: the
 # format joins the key, so an old build (shipped or cached) is not loaded for the new world
 # locate 2: numbered ls/grep results (open(1), answer(1)), open jumps to a hit;
-# rules 2: a rule names its amounts, calc(bag1+heavy*2)
-ENV_FORMATS = {"locate": 2, "rules": 2}
+# rules 2: a rule names its amounts, calc(bag1+heavy*2);
+# rules 3: the expert itemises a bag fee bag by bag, calc(bag1+heavy+bag2)
+ENV_FORMATS = {"locate": 2, "rules": 3}
 # the recipe's env section under the names its key and recipe.json give them
 ENV_KEYS = {"name": "env", "seed": "env_seed"}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
