@@ -44,6 +44,9 @@ def test_the_shipped_build_is_the_recipe_in_code(folder):
     # agentrl build-tiny [--benchmark B | --config C] --out agentrl_cli/models/shipped/<folder>)
     assert shipped["recipe"] == recipe.flat()
     assert shipped["key"] == recipe.key()
+    # the env shows the world the build was made for (its expert's first episodes hash the same)
+    from agentrl_cli.train.tiny_build import world_fingerprint
+    assert shipped["world"] == world_fingerprint(recipe)
     assert tiny.shipped_path(recipe) == tiny.SHIPPED / folder
     files = {p.name for p in (tiny.SHIPPED / folder).iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", tiny.VALUE_HEAD,
@@ -156,3 +159,37 @@ def test_a_value_head_fitted_on_another_env_is_not_reused(monkeypatch):
     learner.initial_critic(other, model, str(folder), log=logs.append)
     assert len(loaded) == 1 and "fitted on another env (env: 'search' vs 'locate')" in logs[-1]
     assert "starting a cold critic" in logs[-1]
+
+
+def test_a_changed_env_rebuilds_its_cached_agent_and_refuses_a_stale_shipped_one(monkeypatch):
+    """The recipe (and its key) stays the same when an env's observations change; the build's
+    recorded world (its expert's first episodes) tells the builds apart: a cached build is
+    made again with one line, a shipped one is refused with one line."""
+    from agentrl_cli.errors import ConfigError
+    from agentrl_cli.envs.rules import RulesEnv
+    from agentrl_cli.train import tiny_build
+
+    recipe = tiny_recipe(load_config(None, MICRO + ["env.seed=4242"]))
+    path = tiny_build.ensure_tiny(recipe, log=lambda s: None)
+    world = json.loads((path / "recipe.json").read_text())["world"]
+    assert world == tiny_build.world_fingerprint(recipe) and world
+    logs = []
+    assert tiny_build.ensure_tiny(recipe, log=logs.append) == path and not logs   # unchanged
+    monkeypatch.setattr(tiny_build, "world_fingerprint", lambda r: "0123456789ab")
+    assert tiny_build.ensure_tiny(recipe, log=logs.append) == path
+    assert any("changed since its cached tiny agent was built" in line
+               and f"made for world {world}" in line for line in logs), logs
+    assert json.loads((path / "recipe.json").read_text())["world"] == "0123456789ab"
+    shipped = tiny_recipe(load_config(SHIPPED["rules"][1], None))
+    with pytest.raises(ConfigError, match="does not fit the env"):
+        tiny_build.ensure_tiny(shipped, log=lambda s: None)
+    monkeypatch.undo()
+    # what the fingerprint sees: the system prompt and the observations
+    before = tiny_build.world_fingerprint(shipped)
+    monkeypatch.setattr(RulesEnv, "system_prompt", RulesEnv.system_prompt + " ")
+    assert tiny_build.world_fingerprint(shipped) != before
+    monkeypatch.undo()
+    tool = RulesEnv._tool
+    monkeypatch.setattr(RulesEnv, "_tool", lambda self, t, a: (tool(self, t, a)[0] + ".",
+                                                               tool(self, t, a)[1]))
+    assert tiny_build.world_fingerprint(shipped) != before

@@ -34,7 +34,9 @@ LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at i
 # format joins the key, so an old build (shipped or cached) is not loaded for the new world
 # locate 2: numbered ls/grep results (open(1), answer(1)), open jumps to a hit;
 # rules 2: a rule names its amounts, calc(bag1+heavy*2);
-# rules 3: the expert itemises a bag fee bag by bag, calc(bag1+heavy+bag2)
+# rules 3: the expert itemises a bag fee bag by bag, calc(bag1+heavy+bag2).
+# A change without a bump still shows: a build records its world (`tiny_build.world_fingerprint`)
+# and a shipped one must match its env (tests/test_shipped_agent.py)
 ENV_FORMATS = {"locate": 2, "rules": 3}
 # the recipe's env section under the names its key and recipe.json give them
 ENV_KEYS = {"name": "env", "seed": "env_seed"}

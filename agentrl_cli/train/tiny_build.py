@@ -30,6 +30,7 @@ libraries below `train/` only look the folder up (`models.loading.model_path`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -110,15 +111,68 @@ def clean_stale_builds(root: Path | None = None, log: Callable[[str], None] = pr
     return removed
 
 
+WORLD_EPISODES = 3    # expert episodes a build's world fingerprint hashes
+
+
+def world_fingerprint(recipe: TinyRecipe) -> str | None:
+    """A short hash of the world the recipe's env shows: its scripted expert's first
+    `WORLD_EPISODES` training episodes at error rate 0 (system prompt, every observation and
+    action, rewards). None when the env has no expert. A build records it (`recipe.json`
+    `world`), so a build made before the env's observations, actions or tasks changed is
+    told apart from one of the env as it is now, though the recipe (and its key) is the
+    same."""
+    from ..envs.base import has_expert
+
+    spec = recipe_spec(recipe)
+    if not has_expert(spec):
+        return None
+    rng, h = random.Random(0), hashlib.sha256()
+    for task in spec.tasks("train", WORLD_EPISODES):
+        env = spec.make()
+        h.update(f"{env.system_prompt}\x00{env.reset(task)}".encode())
+        for _ in range(recipe.env.max_turns):
+            action = spec.expert(env, rng, 0.0)
+            r = env.step(action)
+            h.update(f"\x00{action}\x00{r.observation}\x00{r.reward}".encode())
+            if r.terminated or r.truncated:
+                break
+    return h.hexdigest()[:12]
+
+
+def stale_world(recipe: TinyRecipe, path: Path) -> str | None:
+    """How the build at `path` differs from the recipe's env now ("made for world A, the env
+    now gives B"), or None: the same world, or the build records none (an older build)."""
+    try:
+        built = json.loads((Path(path) / "recipe.json").read_text()).get("world")
+    except (OSError, ValueError, AttributeError):
+        return None
+    now = world_fingerprint(recipe) if built else None
+    if not built or now is None or now == built:
+        return None
+    return f"made for world {built}, the env now gives {now}"
+
+
 def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
     """Return the folder of the tiny model: the build that ships with the package for this
-    recipe, else the cache's, building it there (once) if absent. The build runs in a temp
+    recipe, else the cache's, building it there (once) if absent, or again when the env has
+    changed since (`stale_world`: its expert's episodes differ). The build runs in a temp
     folder that holds a lock while it lives and is renamed into place when done; builds killed
     half-way are removed here (`clean_stale_builds`)."""
+    from ..errors import ConfigError
+
     path = tiny_path(recipe)
     clean_stale_builds(cache_path(recipe).parent, log)
     if is_built(path):
-        return path
+        stale = stale_world(recipe, path)
+        if stale is None:
+            return path
+        if path != cache_path(recipe):
+            raise ConfigError(f"the tiny agent that ships for env '{recipe.env.name}' ({path}) "
+                              f"does not fit the env: {stale}; rebuild it with agentrl "
+                              "build-tiny (or give --model PATH)")
+        log(f"tiny: env '{recipe.env.name}' changed since its cached tiny agent was built "
+            f"({stale}): building it again")
+        shutil.rmtree(path)
     if recipe.max_steps > 0:
         log(f"tiny: building the tiny agent for env '{recipe.env.name}' (recipe key "
             f"{recipe.key()}; no build of it ships with the package) into {path}: a supervised "
@@ -500,7 +554,8 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
         log(f"tiny: value head fitted on {critic['states']} states of {recipe.critic_episodes} "
             f"own episodes (success {critic['success']:.2f}, MSE {critic['mse']:.3f} vs "
             f"{critic['mse_const']:.3f} for a constant)")
-    info = {"recipe": recipe.flat(), "key": recipe.key(), "params": n_params,
+    info = {"recipe": recipe.flat(), "key": recipe.key(), "world": world_fingerprint(recipe),
+            "params": n_params,
             "warmup_steps": step, "dev_success": dev_success, "base_success": success,
             "demo_success": demo_success,
             "history": history, "critic": critic, "build_seconds": time.time() - t0}
