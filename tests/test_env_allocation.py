@@ -57,7 +57,7 @@ def test_registered_options_and_bad_values():
     assert len(spec.make().system_prompt.split()) <= 25
     assert set(ENVS.get("allocation").options) == {
         "horizon", "decisive", "width", "ambiguity", "recoverable", "late_noise", "files",
-        "n_train", "n_eval", "max_turns", "call_cost"}
+        "n_train", "n_eval", "max_turns", "call_cost", "expert_refs"}
     s2 = make(seed=1, horizon=5, decisive=3, width=3, ambiguity=1, n_train=30, n_eval=7,
               max_turns=9)
     assert len(s2.tasks("train")) == 30 and len(s2.tasks("eval")) == 7
@@ -276,6 +276,27 @@ def test_the_experts_messages_are_short_calls_by_name():
             assert a == "back()" or not a[a.index("(") + 1:-1].isdigit(), a
 
 
+@pytest.mark.parametrize("setting", [{"horizon": 6, "decisive": 6, "files": 1},
+                                     {"horizon": 4, "decisive": 2, "recoverable": True,
+                                      "max_turns": 20}])
+def test_the_numbered_expert_makes_the_same_moves_by_number(setting):
+    """expert_refs=number: every message names its entry by its listed number (`cd(3)`,
+    `answer(1)`), and with the same random stream the moves, and so the outcomes, are those of
+    the expert that names entries by name."""
+    by_name, by_number = make(n_eval=30, **setting), make(n_eval=30, expert_refs="number", **setting)
+    env_a, env_b = by_name.make(), by_number.make()
+    for task in by_name.tasks("eval"):
+        names, res_a = run_expert(by_name, env_a, task, random.Random(7), 0.4)
+        numbers, res_b = run_expert(by_number, env_b, task, random.Random(7), 0.4)
+        assert len(names) == len(numbers)
+        for a, b in zip(names, numbers):
+            assert a == b == "back()" or (a[:3] == b[:3] and b[b.index("(") + 1:-1].isdigit()), (a, b)
+        assert res_a[-1].info["success"] == res_b[-1].info["success"]
+        assert [r.observation for r in res_a] == [r.observation for r in res_b]
+    with pytest.raises(ConfigError, match="expert_refs"):
+        make(expert_refs="handle")
+
+
 # ------------------------------------------------------------------------------ the oracle
 def test_a_wrong_decisive_choice_dooms_without_recovery_and_not_with_it():
     for rec in (False, True):
@@ -373,7 +394,8 @@ def test_files_sets_the_leaf_listings_and_leaves_the_default_tasks_as_they_were(
 
 # ------------------------------------------------------------------------------ check-env
 @pytest.mark.parametrize("options", [{}, {"recoverable": True, "horizon": 5, "decisive": 2,
-                                          "late_noise": 0.5, "max_turns": 16}, {"files": 1}])
+                                          "late_noise": 0.5, "max_turns": 16}, {"files": 1},
+                                     {"decisive": 4, "files": 1, "expert_refs": "number"}])
 def test_check_env_passes(options):
     report = check_env(lambda s: make(seed=s, n_train=40, n_eval=10, **options), seed=0,
                        max_turns=options.get("max_turns", 12))

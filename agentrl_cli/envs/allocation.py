@@ -39,7 +39,9 @@ Options (`make_allocation_spec`): horizon (folder decisions, 1-8), decisive (whi
 late_noise (probability in [0, 1) that a correct answer still fails), files (files listed at a
 leaf, 1..width, default width: with 1 the answer needs no reading, only the decisive choice
 does), n_train, n_eval,
-max_turns, call_cost (`CallEnv`'s: a correct answer earns 1 less this per message before it).
+max_turns, call_cost (`CallEnv`'s: a correct answer earns 1 less this per message before it),
+expert_refs (how the scripted expert names an entry: `name`, the default, or `number`, its
+listed number; the world and the tools are the same either way).
 
 The late noise is independent of the agent's reading: a correct answer fails when
 `random.Random("allocation-noise-<task's noise seed>-<route>").random() < late_noise`, the
@@ -405,8 +407,10 @@ class AllocationEnv:
         return _trials_value(len(left), turns - cost, span, True, q)
 
 
-def _expert_action(env: AllocationEnv, rng: random.Random, error_rate: float) -> str:
-    """Perfect play's next message (`AllocationSpec.expert`), naming entries by name."""
+def _expert_action(env: AllocationEnv, rng: random.Random, error_rate: float,
+                   refs: str = "name") -> str:
+    """Perfect play's next message (`AllocationSpec.expert`), naming entries by name, or by
+    their listed numbers with `refs` "number"."""
     if env.task is None:
         return "cd(1)"
     m = env.meta
@@ -415,7 +419,7 @@ def _expert_action(env: AllocationEnv, rng: random.Random, error_rate: float) ->
     entries = env.entries()
 
     def name(n: int) -> str:
-        return entries[n - 1].rstrip("/")
+        return str(n) if refs == "number" else entries[n - 1].rstrip("/")
 
     if depth == horizon:
         if env.on_track():
@@ -441,7 +445,7 @@ class AllocationSpec:
     def __init__(self, seed: int = 0, horizon: int = 4, decisive: int = 1, width: int = 4,
                  ambiguity: int = 2, recoverable: bool = False, late_noise: float = 0.1,
                  n_train: int = 600, n_eval: int = 200, max_turns: int = 12,
-                 call_cost: float = 0.0, files: int | None = None):
+                 call_cost: float = 0.0, files: int | None = None, expert_refs: str = "name"):
         def whole(name: str, v: Any) -> int:
             if isinstance(v, bool) or not isinstance(v, int) and not (
                     isinstance(v, float) and v.is_integer()):
@@ -477,9 +481,11 @@ class AllocationSpec:
                               f"horizon + 1 ({horizon + 1}): the cds and the answer")
         if n_train < 0 or n_eval < 0:
             raise ConfigError("allocation: env.n_train and env.n_eval must be non-negative")
+        if expert_refs not in ("name", "number"):
+            raise ConfigError(f"allocation: env.expert_refs must be name or number, got {expert_refs!r}")
         self.seed, self.horizon, self.decisive, self.width = int(seed), horizon, decisive, width
         self.ambiguity, self.recoverable, self.late_noise = ambiguity, recoverable, float(late_noise)
-        self.files = files
+        self.files, self.expert_refs = files, expert_refs
         self.n_train, self.n_eval, self.max_turns = n_train, n_eval, max_turns
         self.call_cost = check_call_cost(call_cost)
         self.tool_schemas = _tool_schemas(recoverable)
@@ -504,16 +510,18 @@ class AllocationSpec:
         candidate entries (`AllocationEnv.candidates`), anything at the others, the file's
         number at the right leaf, and with `recoverable` `back()` out of a decisive entry known
         to be wrong. With `error_rate` e, each decisive pick misreads the issue with probability
-        e: an entry not matching it (any entry when all match)."""
-        return _expert_action(env, rng, error_rate)
+        e: an entry not matching it (any entry when all match). Entries are named by name, or
+        by their listed numbers with `expert_refs` "number" (`cd(3)`, `answer(1)`)."""
+        return _expert_action(env, rng, error_rate, self.expert_refs)
 
 
 @env_factory("allocation", ("horizon", "decisive", "width", "ambiguity", "recoverable",
-                             "late_noise", "files", "n_train", "n_eval", "max_turns", "call_cost"))
+                             "late_noise", "files", "n_train", "n_eval", "max_turns", "call_cost",
+                             "expert_refs"))
 def make_allocation_spec(seed: int = 0, **options: Any) -> AllocationSpec:
     """Registry factory. Options: horizon (1-8), decisive (1..horizon), width (2-9),
     ambiguity (1..width), recoverable, late_noise ([0, 1)), files (1..width), n_train, n_eval,
-    max_turns, call_cost."""
+    max_turns, call_cost, expert_refs (name | number: how the scripted expert names entries)."""
     return AllocationSpec(seed, **options)
 
 
