@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # shipped folder -> (--benchmark, --config) of the recipe it is the build of
 SHIPPED = {"search": (None, None), "search-long": ("search-long", None),
            "allocation-early": ("allocation-early", None),
+           "allocation-late": ("allocation-late", None),
            "math": (None, ROOT / "experiments" / "focus-math-cpu.yaml"),
            "rules": (None, ROOT / "experiments" / "focus-deonticbench-cpu.yaml"),
            "locate": (None, ROOT / "experiments" / "focus-locbench-cpu.yaml")}
