@@ -74,11 +74,12 @@ def test_the_allocation_preset_runs_its_arms_at_one_budget(tmp_path, monkeypatch
     pre = AP.PRESETS.get("allocation")
     cells = AP.plan(list(pre.methods), pre.axes(config.load()), pre.arms)
     assert [c.name for c in cells] == ["grpo", "focus", "focus-oracle", "focus-kappa0",
-                                       "focus-entropy", "tree_grpo"]
+                                       "focus-entropy", "focus-contrast", "tree_grpo"]
     algo = {c.name: config.load(sets=list(c.sets), method=c.method).algo for c in cells}
     assert algo["focus-oracle"].focus_critic == "oracle" and algo["focus"].focus_critic == "learned"
     assert algo["focus-kappa0"].kappa == 0 and algo["focus"].kappa == 1
     assert algo["focus-entropy"].focus_allocator == "entropy"
+    assert algo["focus-contrast"].focus_norm == "contrast" and algo["focus"].focus_norm == "none"
     assert algo["tree_grpo"].estimator == "tree_grpo" and algo["grpo"].estimator == "grpo"
     calls = []
     monkeypatch.setattr(AR, "_train_here", _fake_run(calls))
@@ -87,7 +88,7 @@ def test_the_allocation_preset_runs_its_arms_at_one_budget(tmp_path, monkeypatch
                             "--seeds", "2", "--budget", "10", "--out", str(out),
                             *_sets(["env.max_turns=10"])])
     assert r.exit_code == 0, r.output
-    assert sorted({c for c, _ in calls}) == sorted(c.name for c in cells) and len(calls) == 12
+    assert sorted({c for c, _ in calls}) == sorted(c.name for c in cells) and len(calls) == 2 * len(cells)
     rec = json.loads((out / "ablation.json").read_text())
     assert rec["preset"] == "allocation" and rec["budget_tokens"] == 10
     # --arms runs only the named arms, in the preset's order

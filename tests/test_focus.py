@@ -776,6 +776,43 @@ def test_tree_normalisation_centres_and_scales_per_tree():
     assert float(out[3:].abs().sum()) == 0.0                      # no outcome contrast: no signal
 
 
+def test_contrast_gate_zeroes_only_trees_without_outcome_contrast():
+    from agentrl_cli.credit.focus_credit import contrast_gate
+
+    # tree 0: rewards 1, 0, 0 (mixed: kept raw); tree 1: all 0; tree 2: all 1 (both zeroed)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    group = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    adv = torch.tensor([[0.6, 0.4], [-0.3, -0.2], [-0.1, -0.5], [-0.2, -0.2], [-0.3, 0.0],
+                        [0.1, 0.2], [0.3, 0.0]])
+    out = contrast_gate(adv, rewards, group)
+    torch.testing.assert_close(out[:3], adv[:3])                  # no centring, no scaling
+    assert float(out[3:].abs().sum()) == 0.0
+    # the estimator applies it only when asked: an all-fail tree keeps -V~ under none
+    with pytest.raises(ConfigError, match="focus_norm"):
+        _algo(focus_norm="gate")
+    assert _algo(focus_norm="contrast").focus_norm == "contrast"
+
+
+def test_focus_norm_contrast_reaches_the_estimator(micro_policy):
+    """With focus_norm=contrast the credit equals the raw credit on a tree with outcome contrast
+    and is 0 on every path of an all-fail tree, where the raw credit pushes every call down."""
+    algo = _algo(focus_roots=2, focus_lam=1.0)
+    res, batch, trees = _mixed_outcome_step(micro_policy, algo)
+    failed = trees[0]                       # tree 0 fails everywhere, the others stay mixed
+    for p, ids in failed.paths.items():
+        failed.reward[ids[-1]] = 0.0
+        batch.rewards[p] = 0.0
+    raw = ESTIMATORS.get("focus")(batch, algo).advantages
+    got = ESTIMATORS.get("focus")(batch, _algo(focus_roots=2, focus_lam=1.0,
+                                               focus_norm="contrast")).advantages
+    rows = list(failed.paths)
+    others = [b for b in range(batch.size) if b not in rows]
+    assert float(raw[rows].min()) < 0.0                   # the raw credit: -V~ on the calls
+    assert float(got[rows].abs().sum()) == 0.0
+    torch.testing.assert_close(got[others], raw[others])
+    assert float(got[others].abs().sum()) > 0.0
+
+
 def test_token_critic_targets_put_each_segments_next_refined_value_on_its_tokens():
     from agentrl_cli.credit.focus_credit import with_token_targets
 

@@ -94,12 +94,14 @@ ALLOCATION_ARMS = (
     Arm("focus-oracle", "focus", ("algo.focus_critic=oracle",)),
     Arm("focus-kappa0", "focus", ("algo.kappa=0",)),
     Arm("focus-entropy", "focus", ("algo.focus_allocator=entropy",)),
+    Arm("focus-contrast", "focus", ("algo.focus_norm=contrast",)),
     Arm("tree_grpo", "tree_grpo"),
 )
 PRESETS.register("allocation", Preset(
     "the tree methods and FOCUS's critic ladder at one matched budget: grpo, focus (learned "
     "critic), focus-oracle (env.oracle_value()), focus-kappa0 (evidence only), focus-entropy "
-    "(entropy branching), tree_grpo; run it on an allocation-* benchmark",
+    "(entropy branching), focus-contrast (no credit from a tree without outcome contrast), "
+    "tree_grpo; run it on an allocation-* benchmark",
     tuple(dict.fromkeys(a.method for a in ALLOCATION_ARMS)), lambda cfg: [], ALLOCATION_ARMS))
 
 

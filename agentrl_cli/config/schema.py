@@ -197,7 +197,7 @@ class AlgoConfig:
     focus_evidence: str = "own"
     """FOCUS: a node's evidence n, cbar: own (its own samples: the path that created it and the continuations launched from it, as in the paper) | subtree (every completed leaf below it; ablation)."""
     focus_norm: str = "none"
-    """FOCUS: normalisation of the segment advantages: tree (centred on the task tree's policy tokens and divided by the std of its paths' rewards; 0 in a tree whose paths all got the same reward, as GRPO's group) | none (raw TD residuals of refined values, as in the paper)."""
+    """FOCUS: normalisation of the segment advantages: tree (centred on the task tree's policy tokens and divided by the std of its paths' rewards; 0 in a tree whose paths all got the same reward, as GRPO's group) | contrast (the raw residuals, but 0 in a tree whose paths all got the same reward: only GRPO's zero for a group without outcome contrast) | none (raw TD residuals of refined values, as in the paper)."""
     focus_max_inflight: int = 2
     """FOCUS: most continuations launched from one node running at once."""
     focus_min_depth: int = 0

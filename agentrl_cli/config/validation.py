@@ -49,7 +49,7 @@ _CHOICES = {
     "algo.focus_prior": ("critic", "tree"),
     "algo.focus_evidence": ("own", "subtree"),
     "algo.focus_critic": ("learned", "cold", "pretrained", "oracle"),
-    "algo.focus_norm": ("tree", "none"),
+    "algo.focus_norm": ("tree", "contrast", "none"),
     "algo.focus_critic_targets": ("nodes", "tokens"),
     "algo.focus_critic_backup": ("refined", "evidence"),
     "algo.focus_return": ("path", "subtree"),

@@ -24,7 +24,8 @@ every segment is trained once; `algo.focus_segment_weight=visit` scales each seg
 advantage by its state's on-policy share (`visit_weights`, `visit_scale`), last.
 `algo.focus_norm=tree` centres a tree's advantages on its policy tokens and divides them by the
 std of its paths' rewards (and zeroes a tree without outcome contrast), the per-task scale
-GRPO's group normalisation gives; `algo.whiten` optionally normalises the advantages over the
+GRPO's group normalisation gives; `algo.focus_norm=contrast` only zeroes a tree without outcome
+contrast (`contrast_gate`); `algo.whiten` optionally normalises the advantages over the
 batch instead. The step's `focus/critic_mse` (critic vs its targets) is reported with the credit.
 
 Path ids are rows: path p of a step is row p of its episodes (the planner's launch order).
@@ -287,6 +288,15 @@ def tree_scale(rewards: torch.Tensor, group_index: torch.Tensor, eps: float = 1e
     return torch.where(informative, 1.0 / (sd + eps), torch.zeros_like(sd))
 
 
+def contrast_gate(adv: torch.Tensor, rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """[B, L] `algo.focus_norm=contrast`: the raw advantages, but 0 on every path of a task tree
+    whose paths all got the same reward (GRPO's rule for a group without outcome contrast), with
+    no centring or scaling. In such a tree `A_k = R - V~(s_k)` is only the critic's offset: an
+    all-fail tree pushes every call it made down by its value, where GRPO gives no gradient."""
+    informative = batched._group_stats(rewards, group_index)[3]
+    return adv * informative.to(adv.dtype)[:, None]
+
+
 def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
                    group_index: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """[B, L] `algo.focus_norm=tree`: per task tree (rows sharing `group_index`), subtract the
@@ -325,6 +335,8 @@ def focus_credit(batch, algo) -> Credit:
     adv = batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask)
     if algo.focus_norm == "tree":
         adv = tree_normalize(adv, batch.response_mask, batch.rewards, batch.group_index)
+    elif algo.focus_norm == "contrast":
+        adv = contrast_gate(adv, batch.rewards, batch.group_index)
     if algo.whiten:
         adv = batched.masked_whiten(adv, batch.response_mask)
     if algo.focus_segment_weight == "visit":
