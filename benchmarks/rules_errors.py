@@ -5,12 +5,12 @@
     python benchmarks/rules_errors.py rules240.jsonl
 
 Each episode of a numeric question is one of: right; no answer; answered without `calc` (when
-the fee has one term or none, or several); the last `calc` holds the fee's items (`bag_items`)
-but is wrong (split by whether every number in it appears in the episode's
-context: copied wrong or picked wrong); the last `calc` holds other items (which rules
-apply, to which bags).
+the fee has one term or none, or several); the last `calc` names the fee's amounts as often as
+the fee does but is wrong (split by whether every number in it appears in the episode's
+context: copied wrong or picked wrong); the last `calc` names other amounts or counts them
+otherwise (which rules apply, to how many bags).
 Yes/no questions are counted right or wrong. The tasks are rebuilt from the env's settings
-(`--n-train`, default the CPU experiment file's 10000) to read each fee's items.
+(`--n-train`, default the CPU experiment file's 10000) to read each fee's terms.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import json
 import re
 from collections import Counter
 
-from agentrl_cli.envs.rules import make_rules_spec
+from agentrl_cli.envs.rules import fee_counts, make_rules_spec
 
 
 def classify(episode: dict, meta: dict) -> str:
@@ -35,7 +35,7 @@ def classify(episode: dict, meta: dict) -> str:
         several = "several terms" if len(meta["terms"]) > 1 else "one term or none"
         return f"numeric: answered without calc, the fee has {several}"
     expr = calcs[-1][len("calc("):-1]
-    if Counter(expr.replace(" ", "").split("+")) != Counter(meta["items"]):
+    if fee_counts(expr) != fee_counts("+".join(e for _, e, _ in meta["terms"])):
         return "numeric: other rules or counts (which rules apply, to how many bags)"
     context = " ".join(t["observation"] for t in episode["turns"]) + " " + episode["question"]
     seen = set(re.findall(r"\d+", context))

@@ -63,7 +63,6 @@ MAX_NUMERATOR = 10**15
 MAX_DENOMINATOR = 10**12
 MAX_EXPONENT = 12
 _EXPR_CHARS = re.compile(r"^[0-9.+\-*/() ]*$")
-_COMPARE_CHARS = re.compile(r"^[0-9.+\-*/() <>=]*$")
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
@@ -77,23 +76,15 @@ def _bounded(x: Fraction) -> Fraction:
     return x
 
 
-_COMPARE = {ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
-            ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b}
-
-
-def _eval(node: ast.AST, compare: bool = False) -> Fraction:
-    if compare and isinstance(node, ast.Compare) and len(node.ops) == 1 \
-            and type(node.ops[0]) in _COMPARE:
-        a, b = _eval(node.left, compare), _eval(node.comparators[0], compare)
-        return Fraction(int(_COMPARE[type(node.ops[0])](a, b)))
+def _eval(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return _bounded(Fraction(str(node.value)) if isinstance(node.value, float)
                         else Fraction(node.value))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
-        v = _eval(node.operand, compare)
+        v = _eval(node.operand)
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left, compare), _eval(node.right, compare)
+        a, b = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.Add):
             return _bounded(a + b)
         if isinstance(node.op, ast.Sub):
@@ -115,13 +106,13 @@ def _eval(node: ast.AST, compare: bool = False) -> Fraction:
     raise CalcError("bad expression")
 
 
-def _parse_expr(expr: str, compare: bool = False) -> ast.AST:
+def _parse_expr(expr: str) -> ast.AST:
     text = expr.replace("×", "*").replace("÷", "/").replace("^", "**").strip()
     if not text:
         raise CalcError("empty expression")
     if len(text) > MAX_EXPR_CHARS:
         raise CalcError(f"expression longer than {MAX_EXPR_CHARS} characters")
-    if not (_COMPARE_CHARS if compare else _EXPR_CHARS).match(text):
+    if not _EXPR_CHARS.match(text):
         raise CalcError("bad expression")
     try:
         return ast.parse(text, mode="eval").body
@@ -129,13 +120,11 @@ def _parse_expr(expr: str, compare: bool = False) -> ast.AST:
         raise CalcError("bad expression") from None
 
 
-def calculate(expr: str, compare: bool = False) -> Fraction:
+def calculate(expr: str) -> Fraction:
     """Exact value of an arithmetic expression (+ - * / **, parentheses, decimals). Only
     number literals and those operators are accepted; values are bounded (numerator < 1e15,
-    denominator < 1e12, whole exponents up to 12). With `compare`, one comparison (> >= < <=)
-    between two operands is a value too: 1 if it holds, else 0 (`100*(24>23)` is 100).
-    Raises CalcError otherwise."""
-    return _eval(_parse_expr(expr, compare), compare)
+    denominator < 1e12, whole exponents up to 12). Raises CalcError otherwise."""
+    return _eval(_parse_expr(expr))
 
 
 def split_binop(expr: str) -> tuple[Fraction, str, Fraction] | None:

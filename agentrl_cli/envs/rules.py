@@ -4,24 +4,18 @@ Every task has its own seeded airline rulebook (nine short rules: checked bag fe
 bags, overweight bags, change fee, lounge access, upgrades, refunds, plus two that no question
 needs) with its own amounts, thresholds and rule ids, a passenger's case facts and one question
 with a yes/no or a whole-dollar answer, e.g.
-`Case: Ann, gold member, economy, basic fare, 18000 miles (miles), booked 30 h (booked) ago,
-bags: 24 kg (w1), 18 kg (w2). Question: What is Ann's checked bag fee in $?` The rules must be
-looked up: ids and numbers differ from task to task. `hops` is the number of rules the question
-needs (1-4).
+`Case: Ann, gold member, economy, basic fare, 18000 miles, booked 30 h ago, bags: 24, 18 kg.
+Question: What is Ann's checked bag fee in $?` The rules must be looked up: ids and numbers
+differ from task to task. `hops` is the number of rules the question needs (1-4).
 
 Tools (the whole assistant message is exactly one call, see `calls.py`):
   search(QUERY)      -> up to 3 rules, one line each: `R4 overweight bags`
-  rule(ID)           -> the rule: `R4 overweight bags: each bag over 23 kg (limit) costs $100
-                        (heavy) extra.`
+  rule(ID)           -> the rule: `R4 overweight bags: each bag over 23 kg costs $100 (heavy) extra.`
   calc(EXPRESSION)   -> exact arithmetic (the `math` env's safe calculator) over numbers and the
-                        named values of the case and of the rules read so far: a rule names
-                        each amount and threshold it sets (`$30 (bag1)`, `23 kg (limit)`), the
-                        case its facts (`24 kg (w1)`, `18000 miles (miles)`), and
-                        `calc(bag1+heavy*(w1>limit))` uses them, so the agent refers to a value
-                        instead of copying it. One comparison (> >= < <=) is 1 if it holds,
-                        else 0: the agent decides which rule applies to which fact, the
-                        calculator compares the numbers (as a DeonticBench program leaves
-                        arithmetic to its solver). A name whose rule was not read is an error.
+                        named amounts of the rules read so far: a rule names each dollar
+                        amount it sets (`$30 (bag1)`) and `calc(bag1+heavy*2)` uses them, so
+                        the agent refers to an amount instead of copying it. A name whose rule
+                        was not read in the episode is an error.
   answer(TEXT)       -> ends the episode; reward 1.0 if right, else 0.0: `yes`/`no`
                         (case and punctuation ignored), or a number checked by math-verify
                         (`220`, `$220` and `220.0` all match).
@@ -51,8 +45,6 @@ __all__ = [
     "make_rules_spec",
     "make_case",
     "search_rules",
-    "bag_items",
-    "yes_no_check",
 ]
 
 SYSTEM_PROMPT = ("Answer the case question using tools, one call per message: search(query), "
@@ -65,9 +57,8 @@ TOOL_SCHEMAS = (
                   query=("string", "words to search for, e.g. bag fee")),
     function_tool("rule", "Read a rule.", id=("string", "a rule id from a search result, e.g. R4")),
     function_tool("calc", "Exact arithmetic over + - * / ** and parentheses, with the named "
-                          "values of the case and of the rules read, e.g. bag1 for `$30 (bag1)`; "
-                          "a comparison (> >= < <=) is 1 if it holds, else 0.",
-                  expression=("string", "e.g. bag1+heavy*(w1>limit)+100")),
+                          "amounts of the rules read, e.g. bag1 for `$30 (bag1)`.",
+                  expression=("string", "e.g. bag1+heavy*2+100")),
     function_tool("answer", "Give the final answer; ends the episode.",
                   text=("string", "yes, no or a whole-dollar amount")),
 )
@@ -109,13 +100,11 @@ def _rulebook(rng: random.Random) -> tuple[dict[str, Rule], dict[str, int]]:
         ("gold", "gold member bags",
          f"gold members check their first {p['N']} bag{'s' if p['N'] > 1 else ''} free."),
         ("weight", "overweight bags",
-         f"each bag over {p['W']} kg (limit) costs ${p['C']} (heavy) extra."),
+         f"each bag over {p['W']} kg costs ${p['C']} (heavy) extra."),
         ("change", "change fee", f"a flight change costs ${p['D']} (change), free on flex fares."),
-        ("lounge", "lounge access", f"business class, or at least {p['L']} miles (lounge)."),
-        ("upgrade", "upgrades",
-         f"need at least {p['M']} miles (upgrade) and a fare that is not basic."),
-        ("refund", "refunds",
-         f"within {p['H']} hours (refund) of booking, or any time on flex fares."),
+        ("lounge", "lounge access", f"business class, or at least {p['L']} miles."),
+        ("upgrade", "upgrades", f"need at least {p['M']} miles and a fare that is not basic."),
+        ("refund", "refunds", f"within {p['H']} hours of booking, or any time on flex fares."),
         ("pet", "pets in cabin", f"${p['P']} (pet) per pet, not on basic fares."),
         ("seat", "seat choice", f"${p['S']} (seat) per seat, free in business class."),
     ]
@@ -167,40 +156,30 @@ def _bag_terms(p: dict[str, int], gold: bool, bags: list[int]) -> list[tuple[str
 
 def bag_items(p: dict[str, int], gold: bool, bags: list[int]) -> list[str]:
     """The checked bags' fee itemised bag by bag, in the case's order: each bag's base amount
-    (none for a gold member's free bag, `bag1` for the first bag, `bag2` after it), then the
-    overweight rule applied to it, `heavy*(w1>limit)` for the case's first bag (its weight `w1`
-    against the rule's `limit`: the calculator compares). The sum equals `_bag_terms`'s; the
-    expert writes it this way so each rule's application is one decision about one bag, and
-    the comparison of two numbers is the calculator's, as a DeonticBench program's is its
-    solver's."""
+    (`0` for a gold member's free bag, `bag1` for the first bag, `bag2` after it), then
+    `heavy` when it is over the weight limit. The sum equals `_bag_terms`'s; the expert writes
+    it this way so each rule's application is one decision about one bag."""
     free = p["N"] if gold else 0
     items = []
-    for i, _ in enumerate(bags):
-        if i >= free:
-            items.append("bag1" if i == 0 else "bag2")
-        items.append(f"heavy*(w{i + 1}>limit)")
+    for i, w in enumerate(bags):
+        items.append("0" if i < free else "bag1" if i == 0 else "bag2")
+        if w > p["W"]:
+            items.append("heavy")
     return items
 
 
-def yes_no_check(kind: str, cabin: str, fare: str) -> str | None:
-    """The calculator check a yes/no question needs once the categorical facts are applied
-    (None: they settle it): lounge `miles>=lounge` unless business class; upgrade
-    `miles>=upgrade` unless a basic fare (then no); refund `booked<=refund` unless a flex fare;
-    both lounge and upgrade: the product of the checks still open."""
-    lounge = None if cabin == "business" else "(miles>=lounge)"
-    upgrade = None if fare == "basic" else "(miles>=upgrade)"
-    if kind == "lounge":
-        checks = [lounge] if lounge else []
-    elif kind == "upgrade":
-        checks = [upgrade] if upgrade else []
-    elif kind == "refund":
-        checks = [] if fare == "flex" else ["(booked<=refund)"]
-    else:                                       # lounge_upgrade
-        checks = [] if upgrade is None else [c for c in (lounge, upgrade) if c]
-    if not checks:
-        return None
-    expr = "*".join(checks)
-    return expr[1:-1] if len(checks) == 1 else expr
+FEE_NAMES = ("bag1", "bag2", "heavy", "change")
+
+
+def fee_counts(expr: str) -> dict[str, int]:
+    """How often each named amount enters a `+`-sum of names, `name*k` and numbers:
+    `bag1+heavy+bag2*2` -> {"bag1": 1, "heavy": 1, "bag2": 2}; numbers are ignored."""
+    counts: dict[str, int] = {}
+    for term in expr.replace(" ", "").split("+"):
+        name, _, k = term.partition("*")
+        if NAME.fullmatch(name):
+            counts[name] = counts.get(name, 0) + (int(k) if k.isdigit() else 1)
+    return counts
 
 
 def make_case(rng: random.Random, hops: int) -> tuple[str, str, dict]:
@@ -226,9 +205,8 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
     miles = rng.randrange(5000, 80000, 1000)
     booked = rng.choice((2, 6, 10, 20, 30, 40, 60, 90))
     bags = [rng.randint(12, 30) for _ in range(rng.randint(1, 3))]
-    weights = ", ".join(f"{w} kg (w{i + 1})" for i, w in enumerate(bags))
-    facts = (f"Case: {name}, {tier}, {cabin}, {fare} fare, {miles} miles (miles), booked "
-             f"{booked} h (booked) ago, bags: {weights}.")
+    facts = (f"Case: {name}, {tier}, {cabin}, {fare} fare, {miles} miles, booked {booked} h ago, "
+             f"bags: {', '.join(map(str, bags))} kg.")
     lounge = cabin == "business" or miles >= p["L"]
     upgrade = miles >= p["M"] and fare != "basic"
     change = 0 if fare == "flex" else p["D"]
@@ -262,14 +240,10 @@ def _case(rng: random.Random, hops: int, kind: str, book: dict[str, Rule],
             q = f"What is {name}'s checked bag fee in $?"
         answer = str(sum(v for _, _, v in terms))
     by_topic = {r.topic: r.rule_id for r in book.values()}
-    amounts = {"bag1": p["A"], "bag2": p["B"], "change": change}
-    amounts.update({f"heavy*(w{i + 1}>limit)": p["C"] * (w > p["W"]) for i, w in enumerate(bags)})
-    numeric = answer not in ("yes", "no")
-    check = ("+".join(items) or None) if numeric else yes_no_check(kind, cabin, fare)
     meta = {"hops": hops, "kind": kind, "rules": [r.render() for r in book.values()],
             "needed": [by_topic[t] for t in topics], "queries": [_QUERY[t] for t in topics],
             "terms": [[t, e, v] for t, e, v in terms if v != 0], "items": items,
-            "item_values": [amounts[e] for e in items], "calc": check, "numeric": numeric}
+            "numeric": answer not in ("yes", "no")}
     return f"{facts} Question: {q}", answer, meta
 
 
@@ -305,14 +279,12 @@ def check_rules_answer(pred: str, gold: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ env
-# a named value in a rule's or the case's text: `$30 (bag1)`, `23 kg (limit)`, `24 kg (w1)`
-AMOUNT = re.compile(r"\$?(\d+)(?: [a-z]+)? \(([a-z_][a-z_0-9]*)\)")
+AMOUNT = re.compile(r"\$(\d+) \(([a-z_][a-z_0-9]*)\)")      # a named amount in a rule's text
 NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
 def rule_amounts(text: str) -> dict[str, int]:
-    """The named values a rule's (or a case's) text sets: `$30 (bag1)` -> {"bag1": 30},
-    `over 23 kg (limit)` -> {"limit": 23}."""
+    """The named amounts a rule's text sets: `$30 (bag1)` -> {"bag1": 30}."""
     return {name: int(value) for value, name in AMOUNT.findall(text)}
 
 
@@ -342,7 +314,7 @@ class RulesEnv(CallEnv):
         if tool == "rule":
             r = self.book.get(arg.upper())
             return (r.render(), False) if r is not None else (f"error: no rule {arg}", True)
-        known: dict[str, int] = rule_amounts(self.task.prompt.split(" Question:")[0])
+        known: dict[str, int] = {}
         for h in self.history:
             if h["tool"] == "rule" and not h["error"]:
                 known.update(rule_amounts(h["observation"]))
@@ -350,8 +322,7 @@ class RulesEnv(CallEnv):
         if unknown:
             return f"error: unknown amount {unknown[0]} (read the rule that names it)", True
         try:  # calc
-            return format_number(calculate(NAME.sub(lambda m: str(known[m.group(0)]), arg),
-                                           compare=True)), False
+            return format_number(calculate(NAME.sub(lambda m: str(known[m.group(0)]), arg))), False
         except CalcError as e:
             return f"error: {e}", True
 
@@ -365,8 +336,8 @@ def _wrong(rng: random.Random, meta: dict, answer: str) -> tuple[str | None, str
     if answer in ("yes", "no"):
         return None, "no" if answer == "yes" else "yes"
     items = meta["items"]
-    paid = [i for i, v in enumerate(meta["item_values"]) if v != 0]
-    if len(paid) >= 2:                        # one fee item that costs something forgotten
+    paid = [i for i, e in enumerate(items) if e != "0"]
+    if len(paid) >= 2:                        # one fee item forgotten
         drop = rng.choice(paid)
         return "+".join(e for i, e in enumerate(items) if i != drop), ""
     value = int(answer)
@@ -391,14 +362,11 @@ def _expert_action(env: RulesEnv, rng: random.Random, error_rate: float) -> str:
     for rid, query in zip(meta["needed"], meta["queries"]):
         if rid not in read:
             return f"rule({rid})" if rid in seen_ids else f"search({query})"
-    right = meta["calc"]       # the fee bag by bag or a yes/no check; None: nothing to compute
+    right = "+".join(meta["items"]) or None      # named amounts bag by bag, None for $0
     last = env.history[-1] if env.history else None
     if last is not None and last["tool"] == "calc" and not last["error"]:
         if last["arg"] == right or error_rate > 0:
-            out = last["observation"]
-            if not meta["numeric"]:
-                out = "yes" if out == "1" else "no"
-            return f"answer({out})"
+            return f"answer({last['observation']})"
     if error_rate > 0 and rng.random() < 1.0 - (1.0 - error_rate) ** meta["hops"]:
         expr, wrong = _wrong(rng, meta, task.answer)
         return f"calc({expr})" if expr is not None else f"answer({wrong})"
@@ -419,10 +387,8 @@ class RulesSpec(CallSpec):
     def expert(self, env: RulesEnv, rng: random.Random, error_rate: float = 0.0) -> str:
         """For each rule the question needs: `search(<topic>)` unless its id was already in a
         search result, then `rule(<id>)`; then, for a fee, `calc(<its amounts by name, bag by
-        bag>)` (`calc(bag1+heavy*(w1>limit)+bag2+heavy*(w2>limit)+change)` for two bags;
-        `bag_items`; none for a fee of $0), for a yes/no question the comparisons its
-        categorical facts leave open (`yes_no_check`: `calc(miles>=upgrade)`); then
-        `answer(...)` (a check's 1 is yes). With `error_rate` e, the
+        bag>)` (`calc(bag1+heavy+bag2+change)` for two bags, the first over the limit;
+        `bag_items`; none for a fee of $0); then `answer(...)`. With `error_rate` e, the
         expert misapplies one rule with probability 1 - (1 - e)^hops (drops one fee item, or
         flips yes/no) and answers accordingly."""
         return _expert_action(env, rng, error_rate)

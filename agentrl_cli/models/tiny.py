@@ -35,10 +35,9 @@ LATER_FIELDS = {"repos": "per-task"}  # added after v8, kept out of the key at i
 # locate 2: numbered ls/grep results (open(1), answer(1)), open jumps to a hit;
 # rules 2: a rule names its amounts, calc(bag1+heavy*2);
 # rules 3: the expert itemises a bag fee bag by bag, calc(bag1+heavy+bag2).
-# rules 4: the case and the rules name their values; calc compares (heavy*(w1>limit)).
 # A change without a bump still shows: a build records its world (`tiny_build.world_fingerprint`)
 # and a shipped one must match its env (tests/test_shipped_agent.py)
-ENV_FORMATS = {"locate": 2, "rules": 4}
+ENV_FORMATS = {"locate": 2, "rules": 3}
 # the recipe's env section under the names its key and recipe.json give them
 ENV_KEYS = {"name": "env", "seed": "env_seed"}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
