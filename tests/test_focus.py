@@ -787,7 +787,7 @@ def test_contrast_gate_zeroes_only_trees_without_outcome_contrast():
     out = contrast_gate(adv, rewards, group)
     torch.testing.assert_close(out[:3], adv[:3])                  # no centring, no scaling
     assert float(out[3:].abs().sum()) == 0.0
-    # the estimator applies it only when asked: an all-fail tree keeps -V~ under none
+    # the option's values: an unknown one is a config error, contrast is accepted
     with pytest.raises(ConfigError, match="focus_norm"):
         _algo(focus_norm="gate")
     assert _algo(focus_norm="contrast").focus_norm == "contrast"
