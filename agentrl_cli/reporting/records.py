@@ -16,6 +16,10 @@ A record's metrics:
   `given`; where both exist, `given` (computed from unrounded values) is printed, and
   `check_record` holds the per-seed values to it within rounding.
 
+A record of `"kind": "departures"` holds no runs: its `rows` name, per recipe, a departure
+from the paper, the recipe's and the paper's values of the keys concerned and the measured
+evidence; the results page's "Recipe departures" table is made from it.
+
 The standard (docs/results.md, "How to read this page"): a method is ahead of its reference
 only when their paired difference of the mean of checks exceeds its standard error, behind
 when below minus it, else level; a run off the matched budget by more than `BUDGET_SLACK` gets
