@@ -83,7 +83,7 @@ def test_when_to_use_focus_quotes_the_records():
     for env, (key, arm) in quoted.items():
         m = re.search(rf"`{env}` \(([+-]\d+\.\d ± \d+\.\d)", text)
         assert m and m.group(1) == _pair(key, arm), env
-    assert f"main command's runs {_pair('search-main', 'focus')}" in text
+    assert f"main command's runs, a later build, give {_pair('search-main', 'focus')}" in text
     recs = records.load_records(ROOT / "docs" / "records")
     main = records.wall_ratio(recs["search-main"], "focus", "grpo")
     early = records.wall_ratio(recs["allocation-early"], "focus", "grpo")
