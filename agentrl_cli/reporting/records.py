@@ -16,6 +16,10 @@ A record's metrics:
   `given`; where both exist, `given` (computed from unrounded values) is printed, and
   `check_record` holds the per-seed values to it within rounding.
 
+A record of `"kind": "departures"` holds no runs: its `rows` name, per recipe, a departure
+from the paper, the recipe's and the paper's values of the keys concerned and the measured
+evidence; the results page's "Recipe departures" table is made from it.
+
 The standard (docs/results.md, "How to read this page"): a method is ahead of its reference
 only when their paired difference of the mean of checks exceeds its standard error, behind
 when below minus it, else level; a run off the matched budget by more than `BUDGET_SLACK` gets
@@ -147,6 +151,8 @@ def wall_ratio(rec: dict, arm: str, ref: str) -> float:
 def check_record(rec: dict) -> list[str]:
     """What is wrong with a record: missing fields, per-seed lists of the wrong length, a
     reference that is not an arm, per-seed values that do not give the summary beside them."""
+    if rec.get("kind") == "departures":
+        return _check_departures(rec)
     need = ("title", "date", "build", "env", "steps", "commands", "source", "arms")
     problems = [f"no {k}" for k in need if k not in rec]
     names = {a.get("name") for a in rec.get("arms", [])}
@@ -160,6 +166,21 @@ def check_record(rec: dict) -> list[str]:
                                 f"{len(arm['seeds'])} seeds")
         if not any(p.startswith(arm.get("name", "")) for p in problems):
             problems += _agreement(rec, arm)
+    return problems
+
+
+DEPARTURE_FIELDS = ("recipe", "departure", "recipe_values", "paper_values", "evidence")
+
+
+def _check_departures(rec: dict) -> list[str]:
+    """What is wrong with a record of recipe departures: missing fields, a row without its
+    recipe's and its paper's values of the same keys."""
+    problems = [f"no {k}" for k in ("title", "source", "rows") if k not in rec]
+    for i, row in enumerate(rec.get("rows", [])):
+        missing = [f"row {i}: no {k}" for k in DEPARTURE_FIELDS if k not in row]
+        if not missing and set(row["recipe_values"]) != set(row["paper_values"]):
+            missing.append(f"row {i}: recipe_values and paper_values name different keys")
+        problems += missing
     return problems
 
 
@@ -248,64 +269,47 @@ def record_table(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _value(v) -> str:
+    return json.dumps(v).strip('"')
+
+
+def departures_table(rec: dict) -> str:
+    """A record of kind `departures`: per recipe, where it departs from its paper, the `--set`
+    that restores the paper's value, and the measured evidence (its date, build and log)."""
+    lines = ["| recipe | departure | the paper's value | evidence |", "|---|---|---|---|"]
+    for row in rec["rows"]:
+        sets = " ".join(f"--set {k}={_value(v)}" for k, v in row["paper_values"].items())
+        lines.append(f"| `{row['recipe']}` | {row['departure']} | `{sets}` | {row['evidence']} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- the README's numbers ------------------------------------------------------------------
 
-MAIN, CLONE, METHODS, DAPO = "search-main", "main-command-clone", "methods-search", "dapo-budget"
+MAIN, CLONE, METHODS = "search-main", "main-command-clone", "methods-search"
 LONG, COMPACTION = "search-long-200", "search-long-compaction"
+# FOCUS against GRPO wherever both ran at equal tokens: (setting, record, FOCUS's arm); on
+# `search` the main command's runs (the newest build), the every-method sweep is on results.md
+EXPECT = (("`search`, the main command", MAIN, "focus"), ("`search-long`", LONG, "focus-0-5"),
+          ("`search-long-compaction`", COMPACTION, "focus"), ("`math`", "families-math", "focus"),
+          ("`rules`", "families-rules", "focus"), ("`locate`", "families-locate", "focus"),
+          ("`allocation-early`", "allocation-early", "focus"),
+          ("`allocation-late`", "allocation-late", "focus"))
 
 
 def _pair_text(rec: dict, arm: dict, metric: str = "vs_ref") -> str:
     return _num(metric, summary(rec, arm, metric))
 
 
-def _against_grpo_row(rec: dict, what: str, focus: str, grpo: str, extra: str = "") -> str:
-    f, g = _arm(rec, focus), _arm(rec, grpo)
-    return (f"| {what} (`{rec['build']}`) | {_seeds(f['seeds'])} | mean of checks "
-            f"{cell(rec, f, 'mean_of_checks').split(' ±')[0]} vs {cell(rec, g, 'mean_of_checks').split(' ±')[0]} | "
-            f"{_pair_text(rec, f)}; last check {_pair_text(rec, f, 'last_vs_ref')}{extra} | "
-            f"{verdict(rec, f)} |")
-
-
 def readme_expect(records: dict[str, dict]) -> str:
-    """FOCUS against GRPO on each horizon: the main command's runs, the long horizon, and the
-    long horizon with compaction; the verdict on the mean of checks, the last check beside it."""
-    main, long_, comp = records[MAIN], records[LONG], records[COMPACTION]
-    f = _arm(main, "focus")
-    gains = ", ".join(f"{b:.3f} → {t:.3f}" for b, t in zip(f["per_seed"]["base"], f["per_seed"]["final"]))
-    late = _arm(long_, "focus-3-5")
-    return "\n".join([
-        "| FOCUS vs GRPO, equal tokens | seeds | held-out success | FOCUS - GRPO "
-        "(points) | verdict |", "|---|---|---|---|---|",
-        f"| the main command: `search`, {main['steps']} steps (`{main['build']}`) | "
-        f"{_seeds(f['seeds'])} | base → step {main['steps']}: {gains} | mean of checks "
-        f"{_pair_text(main, f)} | {verdict(main, f)} |",
-        _against_grpo_row(long_, f"`search-long`, {long_['steps']} steps", "focus-0-5", "grpo-0-5",
-                          f" (seeds {_seeds(late['seeds'])}: {_pair_text(long_, late, 'last_vs_ref')})"),
-        _against_grpo_row(comp, f"`search-long-compaction`, {comp['steps']} steps", "focus", "grpo"),
-    ]) + "\n"
-
-
-def readme_methods(records: dict[str, dict]) -> str:
-    """Every method against GRPO on the shipped agent, one line per verdict."""
-    rec, dapo = records[METHODS], records[DAPO]
-    groups: dict[str, list[str]] = {}
-    for r, arm in [(rec, a) for a in rec["arms"]] + [(dapo, _arm(dapo, "dapo"))]:
-        if arm.get("reference") is None:
-            continue
-        word = verdict(r, arm)
-        text = f"`{arm['name']}` {_pair_text(r, arm)}"
-        if r is dapo:
-            text = f"`dapo` at the budget {_pair_text(r, arm)} (`{r['build']}`)"
-        elif word.startswith("off"):
-            text = f"`{arm['name']}` ({word[len('off the budget ('):-1]})"
-        elif word == "behind":
-            text += f" (last check {_pair_text(r, arm, 'last_vs_ref')})"
-        groups.setdefault(word.split(" (")[0], []).append(text)
-    lines = [f"| every method vs GRPO, `search`, seeds {_seeds(rec['arms'][0]['seeds'])} "
-             f"(`{rec['build']}`) | mean of checks, paired (points) |", "|---|---|"]
-    for word in ("ahead", "level", "behind", "off the budget"):
-        if word in groups:
-            lines.append(f"| {word} | {', '.join(groups[word])} |")
+    """FOCUS against GRPO on every setting both ran: the paired difference of the mean of
+    checks and the standard's word for it (none off the matched budget)."""
+    lines = ["| FOCUS vs GRPO, equal tokens (build) | seeds | FOCUS - GRPO, mean of checks "
+             "(points, paired) | verdict |", "|---|---|---|---|"]
+    for what, key, name in EXPECT:
+        rec = records[key]
+        arm = _arm(rec, name)
+        lines.append(f"| {what}, {rec['steps']} steps (`{rec['build']}`) | {_seeds(arm['seeds'])} | "
+                     f"{_pair_text(rec, arm)} | {verdict(rec, arm)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -314,7 +318,8 @@ def _walls(arm: dict) -> str:
 
 
 def readme_cost(records: dict[str, dict]) -> str:
-    """Wall time of the main command and GRPO, from one table, and the alone run."""
+    """Wall time of the main command and GRPO, from one table, what the main command's runs
+    reached, and the alone run."""
     main, clone = records[MAIN], records[CLONE]
     g, f = _arm(main, "grpo"), _arm(main, "focus")
     return "\n".join([
@@ -322,6 +327,9 @@ def readme_cost(records: dict[str, dict]) -> str:
         "FOCUS | FOCUS / GRPO |", "|---|---|---|---|",
         f"| wall s, seeds {_seeds(f['seeds'])}, two runs at a time on 2 cores | "
         f"{_walls(g)} | {_walls(f)} | {wall_ratio(main, 'focus', 'grpo'):.2f}x |",
+        f"| held-out success, base → step {main['steps']}, seeds {_seeds(f['seeds'])} | – | "
+        + " / ".join(f"{b:.3f} → {t:.3f}" for b, t in zip(f["per_seed"]["base"], f["per_seed"]["final"]))
+        + " | – |",
         f"| training s, seed 0, fresh clone (`{clone['build']}`) | – | "
         f"{_walls(clone['arms'][0])} | – |"]) + "\n"
 
@@ -362,14 +370,15 @@ def families(records: dict[str, dict]) -> str:
 
 
 SECTIONS = {"families": families,
-            "readme-expect": lambda records: readme_expect(records) + "\n" + readme_methods(records),
+            "readme-expect": readme_expect,
             "readme-cost": readme_cost}
 
 
 def render(key: str, records: dict[str, dict]) -> str:
     """A generated section's text: `table:NAME` is record NAME's table, else a README section."""
     if key.startswith("table:"):
-        return record_table(records[key.split(":", 1)[1]])
+        rec = records[key.split(":", 1)[1]]
+        return departures_table(rec) if rec.get("kind") == "departures" else record_table(rec)
     return SECTIONS[key](records)
 
 
