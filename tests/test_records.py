@@ -47,8 +47,12 @@ def test_every_results_table_comes_from_a_record():
     keys = records.SECTION.findall(text)
     names = {p.stem for p in (ROOT / "docs" / "records").glob("*.json")}
     assert {k.split(":", 1)[1] for k in keys if k.startswith("table:")} <= names
-    # every record is shown on the results page
-    assert names <= {k.split(":", 1)[1] for k in keys if k.startswith("table:")}
+    # every record is shown on the results page: as its own table, or as a row of the table of
+    # task suites from outside (whose commands and per-seed values the research log holds)
+    shown = {k.split(":", 1)[1] for k in keys if k.startswith("table:")}
+    if "external" in keys:
+        shown |= {key for _, key in records.EXTERNAL}
+    assert names <= shown
 
 
 def test_a_number_edited_in_a_page_is_caught(tmp_path):
@@ -213,3 +217,25 @@ def test_the_families_table_pairs_each_method_with_grpo_per_family():
     assert math[5] == "-9.3 ± 0.3 behind" and math[6] == "not run"
     assert math[7].startswith("+0.3 ± 0.3 level") and math[8] == "not run" and math[9] == "not run |"
     assert "not run" in rows["search"] and "not run" in rows["rules"]
+
+
+def test_the_external_table_pairs_focus_with_grpo_per_task():
+    """One row per external task from its record: its start per seed, GRPO's mean of checks and
+    gain, FOCUS against GRPO with the standard's word; a task with no record is not run."""
+    def arm(name, mean_of_checks, ref="grpo"):
+        return {"name": name, "label": name, "seeds": [0, 1, 2], "reference": ref,
+                "per_seed": {"mean_of_checks": mean_of_checks, "base": [0.2, 0.25, 0.3],
+                             "final": [0.4, 0.35, 0.45], "tokens_per_step": [100] * 3}}
+    rec = {"title": "t", "date": "d", "build": "abc1234", "env": "reasoning-gym:chain_sum",
+           "steps": 100, "budget": 100, "commands": [], "source": "s",
+           "arms": [arm("grpo", [0.30, 0.32, 0.28], None), arm("focus", [0.20, 0.23, 0.19])]}
+    task, key = records.EXTERNAL[0]
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")
+            for line in records.external({key: rec}).splitlines()[2:]}
+    assert set(rows) == {t for t, _ in records.EXTERNAL}
+    row = rows[task]
+    assert row[1] == "`abc1234`" and row[3] == "0.200 / 0.250 / 0.300"
+    assert row[4] == "0.300 ± 0.020" and row[5] == "+15.0 ± 5.0"   # std over seeds
+    assert row[6].rstrip(" |") == "-9.3 ± 0.3 behind"   # paired: -10, -9, -9; se 0.33
+    other = rows[records.EXTERNAL[1][0]]
+    assert other[4] == "not run" and other[1] == "–"

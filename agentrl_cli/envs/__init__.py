@@ -7,5 +7,6 @@ from . import rules  # noqa: F401  (registers "rules")
 from . import allocation  # noqa: F401  (registers "allocation")
 from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
 from . import benchmarks  # noqa: F401  (registers the data-backed benchmark envs)
+from . import rgym  # noqa: F401  (registers the "reasoning-gym:NAME" family; reasoning-gym is imported on use)
 
 __all__ = ["ENVS", "EnvSpec", "StepResult", "Task", "TextEnv"]

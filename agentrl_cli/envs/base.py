@@ -85,16 +85,37 @@ class EnvRegistry(plugins.PluginRegistry):
     def __init__(self, kind: str):
         super().__init__(kind, ENTRY_POINTS, "a user env: module:factory, path/to/file.py:factory",
                          lambda name, fn: UserEnvFactory(name, fn))
+        self._families: dict[str, Callable[[str], Callable[..., EnvSpec]]] = {}
 
     def names(self) -> list[str]:
         return sorted({*super().names(), *plugins.entry_points(ENTRY_POINTS)})
+
+    def register_family(self, prefix: str, make_factory: Callable[[str], Callable[..., EnvSpec]]) -> None:
+        """Envs named `PREFIX:REST` (`reasoning-gym:chain_sum`): `make_factory(REST)` gives the
+        registry factory of each, called as a built-in's is. A family's prefix wins over a
+        module of the same name."""
+        if prefix in self._families:
+            raise ValueError(f"env family '{prefix}' is registered twice")
+        self._families[prefix] = make_factory
+
+    def family(self, name: str) -> str | None:
+        """The registered family `name` belongs to (its prefix), if any."""
+        prefix, sep, _ = name.partition(":")
+        return prefix if sep and prefix in self._families else None
+
+    def get(self, name: str):
+        prefix = self.family(name)
+        if prefix is not None and name not in self._user:
+            self._user[name] = self._families[prefix](name.partition(":")[2])
+        return super().get(name)
 
     def __contains__(self, name: str) -> bool:
         return Registry.__contains__(self, name) or name in self._user
 
     def is_user(self, name: str) -> bool:
-        """Whether `name` is a user env (not registered by the package)."""
-        return not Registry.__contains__(self, name)
+        """Whether `name` is a user env (neither registered by the package nor of one of its
+        families)."""
+        return not Registry.__contains__(self, name) and self.family(name) is None
 
 
 # name -> callable(seed: int, **options) -> EnvSpec, made by `env_factory` (or a user env's

@@ -256,7 +256,7 @@ def record_table(rec: dict) -> str:
     head = (f"Measured {rec['date']} on build `{rec['build']}`{rec.get('build_note', '')}: "
             f"`{rec['env']}`, {rec['steps']} steps{budget}"
             + (f", {rec['conditions']}" if rec.get("conditions") else "") + ".")
-    lines = [head, "", "Commands, the runs then the table:", "", "```bash", *rec["commands"], "```", "",
+    lines = [head, "", "```bash", *rec["commands"], "```", "",
              "| " + " | ".join(["method", *(COLUMNS[c].format(ref=ref, k=_pass_k(rec)) for c in cols)]) + " |",
              "|" + "---|" * (len(cols) + 1)]
     for arm in rec["arms"]:
@@ -369,7 +369,29 @@ def families(records: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# task suites from outside the repository (reasoning-gym): (task, record)
+EXTERNAL = (("reasoning-gym:chain_sum", "rg-chain-sum"), ("reasoning-gym:leg_counting", "rg-leg-counting"))
+
+
+def external(records: dict[str, dict]) -> str:
+    """One row per external task: its build, seeds, the start (base), GRPO's mean of checks and
+    gain, and FOCUS against GRPO (paired mean of checks, points, with the verdict word)."""
+    lines = ["| task | build | seeds | base | GRPO: mean of checks | GRPO: last - base (points) "
+             "| FOCUS vs grpo (points, paired) |", "|---|---|---|---|---|---|---|"]
+    for task, key in EXTERNAL:
+        rec = records.get(key)
+        if rec is None:
+            lines.append(f"| `{task}` | – | – | – | not run | – | – |")
+            continue
+        g = _arm(rec, "grpo")
+        lines.append(f"| `{task}` | `{rec['build']}` | {_seeds(g['seeds'])} | {cell(rec, g, 'base')} | "
+                     f"{cell(rec, g, 'mean_of_checks')} | {cell(rec, g, 'final_minus_base')} | "
+                     f"{_family_cell(rec, 'focus')} |")
+    return "\n".join(lines) + "\n"
+
+
 SECTIONS = {"families": families,
+            "external": external,
             "readme-expect": readme_expect,
             "readme-cost": readme_cost}
 
