@@ -71,7 +71,7 @@ class EnvConfig:
     call_cost: float = 0.0
     """search, locate, rules, math: a correct answer earns 1 less this per message before it (tool calls and malformed messages; at least 0), a wrong one 0; success is unchanged. 0: only correctness counts; above 0 the env gives a reason to answer early (e.g. 0.05: a correct answer after 10 calls earns 0.5)."""
     step_timeout_s: float = 60.0
-    """Seconds an env's `reset` or `step` may take during a rollout or `agentrl check-env`; a slower one stops the run with one line naming the env, task and step (0: no timeout). docs/your-env.md."""
+    """Seconds an env's `reset`, `step`, `snapshot` or `restore`, a reward function (`algo.rewards`) or a FOCUS allocator may take per call during a rollout or `agentrl check-env`; a slower one stops the run with one line naming the env or function, the task and the step (0: no timeout). docs/your-env.md."""
     max_observation_chars: int = 1_000_000
     """Most characters in one observation (`reset`'s first message or a step's observation); a longer one stops the run with one line naming the env, task and step. docs/your-env.md."""
     deterministic: bool = True
