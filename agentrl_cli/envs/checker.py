@@ -363,8 +363,9 @@ def _aliased(snap, frozen: bytes, what: str, report: EnvReport) -> bool:
     diff = difference(snap, pickle.loads(frozen), "snapshot()")
     if diff is None:
         return False
+    diff = diff.replace(", the original's", ", was")
     report.add(FORK, f"{what} (it shares mutable state with the live env: copy it in "
-                     f"snapshot() and restore()): {diff.replace(", the original's", ', was')}")
+                     f"snapshot() and restore()): {diff}")
     return True
 
 
