@@ -172,8 +172,9 @@ def test_check_env_names_the_key_a_snapshot_shares_with_the_live_env(world):
     assert "shares mutable state" not in ok.output, ok.output
 
 
-def test_focus_refuses_an_aliasing_snapshot_before_any_model_work(world, tmp_path):
-    res = runner.invoke(app, ["train", "--method", "focus", "--env", world, "--out",
+def test_focus_refuses_an_aliasing_snapshot_before_any_model_work(world, model_dir, tmp_path):
+    res = runner.invoke(app, ["train", "--method", "focus", "--env", world, "--model", model_dir,
+                              "--out",
                               str(tmp_path / "run"), *_sets("env.mode=alias", "train.steps=1")])
     _error_line(res, "fails the fork check", "snapshot()['hist']")
 
@@ -233,7 +234,8 @@ def test_an_exiting_allocator_is_one_line_naming_it(tmp_path):
     f = tmp_path / "alloc.py"
     f.write_text(ALLOCATOR)
     res = runner.invoke(app, ["train", "--method", "focus", "--out", str(tmp_path / "run"),
-                              *_sets("train.steps=1", f"algo.focus_allocator={f}:leave")])
+                              *_sets("train.steps=1", "rollout.group_size=4",
+                                     f"algo.focus_allocator={f}:leave")])
     _error_line(res, f"focus allocator '{f}:leave' on tasks search-train-", "alloc.py:",
                 "raised SystemExit: 0: user code must not end the process")
 
