@@ -106,7 +106,7 @@ def measure_user_code(name: str, n_calls: int, repeats: int) -> dict[str, dict[s
               "checks + timeout": lambda: score(fn, episode_args(ep, False), 60.0),
               "+ episode copy": lambda: score(full, episode_args(ep, True), 60.0)}
     tree = Tree("t0", 0)
-    nodes = [tree.nodes[0]] * 8
+    nodes = [tree.add(0 if d else -1, d, 10 * d, 0) for d in range(8)]
     ctx = planner.AllocatorContext(None, None, [tree])
 
     def deepest(cands, ctx):
