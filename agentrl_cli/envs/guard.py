@@ -5,9 +5,9 @@ every step").
 what crosses the boundary: `reset` returns text; `step` returns a `StepResult` of the right
 types, a finite reward inside the spec's declared `reward_range` (`reward_range`), never both
 `terminated` and `truncated`, an observation of at most `env.max_observation_chars`
-characters; `reset` and `step` return within `env.step_timeout_s` seconds. A violation raises
-`EnvContractError`, one line naming the env, the task and the step, so a run stops instead of
-training on garbage. An exception raised inside `step` is not a violation: it passes through
+characters; `reset`, `step`, `snapshot` and `restore` return within `env.step_timeout_s`
+seconds. A violation raises `EnvContractError`, one line naming the env, the task and the
+step, so a run stops instead of training on garbage. An exception raised inside `step` is not a violation: it passes through
 unchanged (the rollout ends that episode as a failed one and counts it, `env/exceptions`). An
 exception raised inside `reset`, `snapshot` or `restore` is one (an episode cannot start or
 fork from it), and so is a `SystemExit` or `KeyboardInterrupt` from any of them: user code
