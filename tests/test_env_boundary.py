@@ -243,7 +243,8 @@ def test_a_rollout_stops_at_a_protocol_violation_in_one_line(options, needles, p
 def test_env_exceptions_are_counted_and_the_first_is_logged_once(probe, model_dir, tmp_path):
     out = tmp_path / "run"
     res = runner.invoke(app, ["train", "--method", "grpo", "--env", probe, "--model", model_dir,
-                              "--out", str(out), *_sets("env.mode=raise", "train.steps=2")])
+                              "--out", str(out), *_sets("env.mode=raise", "train.steps=2",
+                                                        "env.max_error_rate=1")])
     assert res.exit_code == 0, res.output
     assert res.output.count("raised in step()") == 1, res.output
     assert "task t" in res.output and "step 1: ValueError: boom in step" in res.output

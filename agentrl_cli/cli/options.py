@@ -19,6 +19,13 @@ EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation e
 BenchmarkOpt = Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry: its env and settings (list: agentrl benchmarks).")]
 
 
+def disk_full(e: OSError) -> bool:
+    """True when `e` is a write that found the disk or the user's quota full."""
+    import errno
+
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def user_errors(fn=None, *, interrupted: str = "interrupted"):
     """User mistakes -> one line on stderr and exit code 2; tracebacks only with AGENTRL_DEBUG=1.
     Ctrl-C -> `interrupted` (what is true of the command's output then) and exit code 130.
@@ -46,6 +53,11 @@ def user_errors(fn=None, *, interrupted: str = "interrupted"):
         except Exception as e:  # an unexpected failure: still one line unless debugging
             if os.environ.get("AGENTRL_DEBUG") == "1":
                 raise
+            if isinstance(e, OSError) and disk_full(e):   # any save: docs/run-folder.md
+                print(f"error: cannot write {e.filename or 'a file'} ({e.strerror}): the disk "
+                      "is full; free space and run the command again (a training run "
+                      "continues with --resume)", file=sys.stderr)
+                raise typer.Exit(2)
             print(f"error: {type(e).__name__}: {e} (set AGENTRL_DEBUG=1 for the traceback)", file=sys.stderr)
             raise typer.Exit(1)
 

@@ -71,9 +71,11 @@ class EnvConfig:
     call_cost: float = 0.0
     """search, locate, rules, math: a correct answer earns 1 less this per message before it (tool calls and malformed messages; at least 0), a wrong one 0; success is unchanged. 0: only correctness counts; above 0 the env gives a reason to answer early (e.g. 0.05: a correct answer after 10 calls earns 0.5)."""
     step_timeout_s: float = 60.0
-    """Seconds an env's `reset` or `step` may take during a rollout or `agentrl check-env`; a slower one stops the run with one line naming the env, task and step (0: no timeout). docs/your-env.md."""
+    """Seconds an env's `reset`, `step`, `snapshot` or `restore`, a reward function (`algo.rewards`) or a FOCUS allocator may take per call during a rollout or `agentrl check-env`; a slower one stops the run with one line naming the env or function, the task and the step (0: no timeout). docs/your-env.md."""
     max_observation_chars: int = 1_000_000
     """Most characters in one observation (`reset`'s first message or a step's observation); a longer one stops the run with one line naming the env, task and step. docs/your-env.md."""
+    max_error_rate: float = 0.99
+    """The largest share of one training step's episodes that may end in an env error (an exception raised in `step`: the episode fails with reward 0, counted as `env/exceptions`); a higher share stops the run before the update, with one line naming the env and the first error. The default stops a run whose env fails (nearly) every episode; 1: never stop. docs/your-env.md."""
     deterministic: bool = True
     """A user env gives the same observations and rewards for the same seed and actions: `agentrl train` checks it before any model loads and refuses an env that does not. false: a stochastic env, trained with a warning instead."""
     options: dict = field(default_factory=dict)
@@ -339,7 +341,7 @@ ENV_FIELDS = tuple(f.name for f in fields(EnvConfig))
 
 # the env section's keys the rollout reads at the env boundary (envs/guard.py), never an
 # option of the env's factory
-ENV_BOUNDARY_KEYS = ("step_timeout_s", "max_observation_chars", "deterministic")
+ENV_BOUNDARY_KEYS = ("step_timeout_s", "max_observation_chars", "max_error_rate", "deterministic")
 
 # Upper bounds on sizes that can only be mistakes (`--set rollout.group_size=1e9` would fail
 # much later with MemoryError): part of each field's documentation (`describe()`, the config

@@ -33,7 +33,7 @@ _NON_NEGATIVE = {
 }
 # episodes x tokens of one step's batch tensors ([episodes, max_tokens] per field)
 BATCH_CELLS_CAP = 2**31
-_UNIT = {"algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td",
+_UNIT = {"env.max_error_rate", "algo.gamma", "algo.lam", "algo.lam_intra", "model.tiny_target_success", "algo.gamma_td",
          "model.tiny_error_rate"}
 _CHOICES = {
     "context.style": ("free", "structured"),

@@ -317,7 +317,9 @@ def _fork_episode(spec, task, label: str, drive: Callable, report: EnvReport,
             report.add("expert", f"spec.expert raised {_err(e)} at {state}")
             return False
         want = _step(env, action, report)
-        if want is None or not _fork_state(spec, snap, frozen, action, want, state, report):
+        if want is None or _aliased(snap, frozen, f"{state}: after step({_show(action)}) "
+                                    "the snapshot taken before it changed", report) \
+                or not _fork_state(spec, snap, frozen, action, want, state, report):
             return False
         words += _words(want.observation)
         if want.terminated or want.truncated:
@@ -342,7 +344,8 @@ def _fork_state(spec, snap, frozen: bytes, action: str, want, state: str,
     if diff is None:
         got = _step(fresh, action, report, FORK, "a fresh env restored from snapshot(): ")
         report.steps = steps
-        if got is None:
+        if got is None or _aliased(snap, frozen, f"{state}: stepping a fresh env restored "
+                                   "from a snapshot changed the snapshot", report):
             return False
         if _outcome(got) == _outcome(want):
             return True
@@ -351,6 +354,19 @@ def _fork_state(spec, snap, frozen: bytes, action: str, want, state: str,
     report.add(FORK, f"a fresh env restored from snapshot() diverged from the original at "
                      f"{state}: {diff}")
     return False
+
+
+def _aliased(snap, frozen: bytes, what: str, report: EnvReport) -> bool:
+    """True (reported) when `snap` no longer equals its pickle `frozen`: a snapshot or a
+    restored env that shares mutable state with a live env (FOCUS would fork a state that a
+    later step changed). The problem names the key that changed."""
+    diff = difference(snap, pickle.loads(frozen), "snapshot()")
+    if diff is None:
+        return False
+    diff = diff.replace(", the original's", ", was")
+    report.add(FORK, f"{what} (it shares mutable state with the live env: copy it in "
+                     f"snapshot() and restore()): {diff}")
+    return True
 
 
 def _short(step) -> str:

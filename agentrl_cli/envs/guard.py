@@ -5,10 +5,18 @@ every step").
 what crosses the boundary: `reset` returns text; `step` returns a `StepResult` of the right
 types, a finite reward inside the spec's declared `reward_range` (`reward_range`), never both
 `terminated` and `truncated`, an observation of at most `env.max_observation_chars`
-characters; `reset` and `step` return within `env.step_timeout_s` seconds. A violation raises
-`EnvContractError`, one line naming the env, the task and the step, so a run stops instead of
-training on garbage. An exception raised inside `step` is not a violation: it passes through
-unchanged (the rollout ends that episode as a failed one and counts it, `env/exceptions`).
+characters; `reset`, `step`, `snapshot` and `restore` return within `env.step_timeout_s`
+seconds. A violation raises `EnvContractError`, one line naming the env, the task and the
+step, so a run stops instead of training on garbage. An exception raised inside `step` is not a violation: it passes through
+unchanged (the rollout ends that episode as a failed one and counts it, `env/exceptions`). An
+exception raised inside `reset`, `snapshot` or `restore` is one (an episode cannot start or
+fork from it), and so is a `SystemExit` or `KeyboardInterrupt` from any of them: user code
+must not end the process. An observation holding a lone surrogate (text no tokenizer can
+encode) has each one replaced by U+FFFD.
+
+The same guard runs every other piece of a user's code the rollout calls (`call_user`: reward
+functions, FOCUS allocators): within `env.step_timeout_s`, an exception, exit or timeout is a
+one-line `UserCodeError` naming the function, its file and the task.
 
 The timeout runs the call on a pooled worker thread and waits for it (`call_with_timeout`). A
 thread cannot be killed: a worker whose call timed out is abandoned (a daemon thread, it does
@@ -18,13 +26,16 @@ from __future__ import annotations
 
 import math
 import queue
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ConfigError
+from .base import StepResult
 
 DEFAULT_REWARD_RANGE = (-1e6, 1e6)   # a spec without `reward_range`: only garbage is refused
+DEFAULT_TIMEOUT_S = 60.0             # env.step_timeout_s's default, for a call outside a run
 
 
 class EnvContractError(ConfigError):
@@ -43,6 +54,11 @@ class EnvContractError(ConfigError):
 
     def __reduce__(self):   # pickled whole (a Ray rollout worker's error reaches the trainer)
         return EnvContractError, (self.env, self.problem, self.task, self.step)
+
+
+class UserCodeError(ConfigError):
+    """A user's function (a reward function, an allocator) raised, exited or hung: one line
+    naming it, its file and where it ran."""
 
 
 class StepTimeout(TimeoutError):
@@ -139,6 +155,61 @@ def call_with_timeout(fn: Callable[[Any], Any], arg: Any, timeout_s: float) -> A
     return value
 
 
+def defined_in(fn: Any) -> str:
+    """Where `fn` is defined, `FILE:LINE` (a bound method's function's; a callable object's
+    `__call__`), or '?' for a function without Python source."""
+    target = getattr(fn, "__func__", fn)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        code = getattr(getattr(type(target), "__call__", None), "__code__", None)
+    return "?" if code is None else f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return type(e).__name__ + (f": {text[:300]}" if text else "")
+
+
+EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)   # what user code must never raise
+
+
+def call_user(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout_s: float,
+              what: str) -> Any:
+    """`fn(*args, **kwargs)`, the user's code (the module docstring), under `timeout_s` (0:
+    none): an exception, an exit or a timeout is a `UserCodeError` "`what` (FILE:LINE) ...";
+    `what` names the function and where it ran (the task)."""
+    try:
+        return call_with_timeout(lambda a: fn(*a[0], **a[1]), (args, kwargs), timeout_s)
+    except StepTimeout as e:
+        raise UserCodeError(f"{what} ({defined_in(fn)}) {e} (env.step_timeout_s; the run "
+                            "stops: a hung call cannot be interrupted)") from None
+    except EXITS as e:
+        raise UserCodeError(f"{what} ({defined_in(fn)}) raised {_one_line(e)}: user code "
+                            "must not end the process") from None
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
+        raise UserCodeError(f"{what} ({defined_in(fn)}) raised {_one_line(e)}") from e
+
+
+def _star(fn: Callable[..., Any]) -> Callable[[tuple], Any]:
+    return lambda args: fn(*args)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """`text` with each lone surrogate (a code point no UTF-8 encoding exists for, which a
+    tokenizer refuses) replaced by U+FFFD; the same object when it has none (the common case
+    costs one encode)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
 @dataclass(frozen=True)
 class Limits:
     """What a guarded env enforces (from the spec and the env section)."""
@@ -164,12 +235,21 @@ class GuardedEnv:
     def system_prompt(self) -> str:
         return self.inner.system_prompt
 
-    def _call(self, fn, arg, what: str):
+    def _call(self, fn, args: tuple, what: str, raising_stops: bool = True, step: Any = None):
+        """`fn(*args)` under the timeout; a timeout or an exit is an `EnvContractError`, and so
+        is an exception when `raising_stops` (else it passes through: a failed episode)."""
         try:
-            return call_with_timeout(fn, arg, self.limits.step_timeout_s)
+            return call_with_timeout(_star(fn), args, self.limits.step_timeout_s)
         except StepTimeout as e:
             raise self.error(f"{what} {e} (env.step_timeout_s; the run stops: a hung call "
-                             "cannot be interrupted)") from None
+                             f"cannot be interrupted; {defined_in(fn)})", step) from None
+        except EXITS as e:
+            raise self.error(f"{what} ({defined_in(fn)}) raised {_one_line(e)}: an env must "
+                             "not end the process", step) from None
+        except Exception as e:
+            if not raising_stops or isinstance(e, ConfigError):
+                raise
+            raise self.error(f"{what} ({defined_in(fn)}) raised {_one_line(e)}", step) from e
 
     def error(self, problem: str, step: Any = None) -> EnvContractError:
         return EnvContractError(self.limits.env, problem, self.guard_task,
@@ -177,29 +257,32 @@ class GuardedEnv:
 
     def reset(self, task) -> str:
         self.guard_task, self.guard_steps = getattr(task, "task_id", None), 0
-        obs = self._call(self.inner.reset, task, "reset()")
+        obs = self._call(self.inner.reset, (task,), "reset()", step="reset")
         if not isinstance(obs, str):
             raise self.error(f"reset returned {type(obs).__name__}, not str (the first user "
                              "message)", "reset")
         if len(obs) > self.limits.max_observation_chars:
             raise self.error(observation_too_long(len(obs), self.limits.max_observation_chars),
                              "reset")
-        return obs
+        return clean_text(obs)
 
     def step(self, action: str):
         self.guard_steps += 1
-        res = self._call(self.inner.step, action, "step()")
+        res = self._call(self.inner.step, (action,), "step()", raising_stops=False)
         bad = result_problem(res, self.limits.rewards, self.limits.max_observation_chars)
         if bad is not None:
             raise self.error(bad)
+        clean = clean_text(res.observation)
+        if clean is not res.observation:
+            res = StepResult(clean, res.reward, res.terminated, res.truncated, res.info)
         return res
 
     def snapshot(self) -> Any:
-        return self.inner.snapshot()
+        return self._call(self.inner.snapshot, (), "snapshot()")
 
     def restore(self, state: Any) -> None:
         self.guard_task = None
-        self.inner.restore(state)
+        self._call(self.inner.restore, (state,), "restore()", step="restore")
 
     def __getattr__(self, name: str):
         if name in ("inner", "limits", "guard_task", "guard_steps"):   # not set yet (unpickling)
@@ -235,6 +318,13 @@ def limits_of(spec, section) -> Limits:
     """The `Limits` of `spec` built from env section `section`."""
     return Limits(section.name, reward_range(spec), float(section.step_timeout_s),
                   int(section.max_observation_chars))
+
+
+def user_timeout(spec) -> float:
+    """`env.step_timeout_s` of a guarded spec (its `Limits`): the time every call of a user's
+    code gets; `DEFAULT_TIMEOUT_S` for a spec built outside `context.make_spec`."""
+    limits = getattr(spec, "limits", None)
+    return float(getattr(limits, "step_timeout_s", DEFAULT_TIMEOUT_S))
 
 
 def guard_spec(spec, section) -> GuardedSpec:

@@ -28,7 +28,7 @@ observation says how to call a tool.
 from __future__ import annotations
 
 import json
-import re
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -48,7 +48,8 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "null": lambda v: v is None,
 }
-_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+MAX_JSON_DEPTH = 32        # nesting of a call's JSON: deeper is an error observation
+MAX_NUMBER_CHARS = 64      # digits of one JSON number: longer is an error observation
 
 
 class ToolCallError(ValueError):
@@ -86,12 +87,22 @@ def check_schemas(schemas: Any, env: str) -> tuple[dict, ...]:
     return tuple(schemas)
 
 
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+
+
 def _hermes_calls(text: str) -> list[str] | None:
-    if "<tool_call>" not in text:
+    """The bodies between `<tool_call>` and `</tool_call>`, found in one pass (linear in the
+    message: a regular expression is quadratic in unclosed tags)."""
+    if _OPEN not in text:
         return None
-    bodies = _HERMES.findall(text)
-    if text.count("<tool_call>") != len(bodies):
-        raise ToolCallError("error: a tool call is not closed: end it with </tool_call>")
+    bodies, at = [], text.find(_OPEN)
+    while at >= 0:
+        end = text.find(_CLOSE, at + len(_OPEN))
+        nested = text.find(_OPEN, at + len(_OPEN), len(text) if end < 0 else end)
+        if end < 0 or nested >= 0:
+            raise ToolCallError("error: a tool call is not closed: end it with </tool_call>")
+        bodies.append(text[at + len(_OPEN):end])
+        at = text.find(_OPEN, end + len(_CLOSE))
     return bodies
 
 
@@ -123,17 +134,64 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
 }
 
 
-def _decode(body: str, fmt: ToolFormat) -> tuple[str, dict]:
+def _number(text: str, parse: Callable[[str], Any]) -> Any:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ToolCallError(f"error: a number in the tool call has {len(text):,} characters, "
+                            f"more than {MAX_NUMBER_CHARS}")
+    value = parse(text)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolCallError(f"error: the number {text} in the tool call is not finite")
+    return value
+
+
+def _not_json(name: str) -> Any:
+    raise ToolCallError(f"error: {name} is not JSON (a number must be finite)")
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in `text`, strings skipped (linear)."""
+    depth = deepest = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            escaped, in_str = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_json(body: str, fmt: ToolFormat) -> Any:
+    """`body` as JSON within the bounds (`MAX_JSON_DEPTH`, `MAX_NUMBER_CHARS`, finite
+    numbers); anything else raises `ToolCallError` with the error observation."""
+    brackets = body.count("[") + body.count("{")     # the common case skips the scan
+    if brackets > MAX_JSON_DEPTH and _depth(body) > MAX_JSON_DEPTH:
+        raise ToolCallError(f"error: the tool call nests JSON deeper than {MAX_JSON_DEPTH} "
+                            f"levels; write {fmt.example}")
     try:
-        call = json.loads(body)
+        return json.loads(body, parse_int=lambda t: _number(t, int),
+                          parse_float=lambda t: _number(t, float), parse_constant=_not_json)
     except json.JSONDecodeError as e:
         raise ToolCallError(f"error: the tool call is not valid JSON ({e.msg} at character "
                             f"{e.pos}); write {fmt.example}") from None
+    except (RecursionError, ValueError) as e:    # a bound the checks above missed
+        if isinstance(e, ToolCallError):
+            raise
+        raise ToolCallError(f"error: the tool call is not valid JSON ({type(e).__name__}); "
+                            f"write {fmt.example}") from None
+
+
+def _decode(body: str, fmt: ToolFormat) -> tuple[str, dict]:
+    call = load_json(body, fmt)
     args = call.get("arguments", call.get("parameters", {})) if isinstance(call, dict) else None
     if isinstance(args, str):           # some models write the arguments as a JSON string
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
+            args = load_json(args, fmt)
+        except ToolCallError:
             args = None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(args, dict):
         raise ToolCallError(f"error: a tool call is a JSON object with \"name\" (a string) and "

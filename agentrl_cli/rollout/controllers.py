@@ -36,6 +36,7 @@ from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
 from ..registry import Registry
 from ..types import Episode
+from ..envs.guard import user_timeout
 from .rewards import apply_rewards, load_rewards
 from .runner import run_episodes
 from .tree import Tree
@@ -157,8 +158,9 @@ def shape_rewards(episodes: list[Episode], ctx: RolloutContext) -> None:
     penalty when `algo.overlong_shaping` is on. Each episode is shaped once."""
     if ctx.algo.rewards:
         fns = load_rewards(ctx.algo.rewards)
+        timeout_s = user_timeout(ctx.spec)
         for ep in episodes:
-            apply_rewards(ep, fns, ctx.algo.reward_mode)
+            apply_rewards(ep, fns, ctx.algo.reward_mode, timeout_s)
     if not ctx.algo.overlong_shaping:
         return
     for ep in episodes:

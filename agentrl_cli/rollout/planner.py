@@ -59,9 +59,10 @@ import torch
 from ..context.episode import new_episode, start_context
 from ..context.windows import inherit_windows
 from ..credit.focus import focus_gain
-from ..envs import plugins
+from ..envs import guard, plugins
 from ..errors import ConfigError
 from ..metrics import spearman
+from ..registry import Registry
 from ..types import Episode
 from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, StepTiming, record_spend,
                           shape_rewards,
@@ -113,6 +114,21 @@ def _checked_allocator(name: str, fn: Any) -> Allocator:
         raise ConfigError(f"focus allocator '{name}' is a {type(fn).__name__}, not a function "
                           "fn(candidates, ctx) -> node or None")
     return fn
+
+
+def guarded_allocator(name: str, fn: Allocator, timeout_s: float) -> Allocator:
+    """A user's allocator `fn` run as an env's steps are (`envs.guard.call_user`: within
+    `timeout_s`, an exception, exit or timeout is one line naming it, its file and the step's
+    tasks); a built-in one (a registered name) as it is."""
+    if Registry.__contains__(ALLOCATORS, name):
+        return fn
+
+    def allocate(cands: list[Node], ctx: AllocatorContext) -> Node | None:
+        tasks = ", ".join(dict.fromkeys(t.task_id for t in ctx.trees))
+        return guard.call_user(fn, (cands, ctx), {}, timeout_s,
+                               f"focus allocator '{name}' on tasks {tasks:.120}")
+
+    return allocate
 
 
 ALLOCATORS = plugins.PluginRegistry("focus allocator", ENTRY_POINTS,
@@ -284,7 +300,8 @@ class FocusPlanner:
         self.ctx, self.algo, self.tasks, self.base = ctx, algo, tasks, base
         self.branching = branching
         self.rule = algo.focus_evidence
-        self.allocate = ALLOCATORS.get(algo.focus_allocator)
+        self.allocate = guarded_allocator(algo.focus_allocator, ALLOCATORS.get(algo.focus_allocator),
+                                          guard.user_timeout(ctx.spec))
         self.capacity = max(1, ctx.batch_size)
         self.rng = random.Random(base + 1)
         self.trees = [Tree(t.task_id, g) for g, t in enumerate(tasks)]

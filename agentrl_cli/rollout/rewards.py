@@ -11,13 +11,16 @@ A function is called with keywords, and receives those of its parameters among `
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import inspect
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..envs import plugins
+from ..envs import guard, plugins
 from ..errors import ConfigError
 from ..types import Episode
 
@@ -70,12 +73,13 @@ def load_rewards(entries: list[dict]) -> tuple[RewardFn, ...]:
     return tuple(_load(e["name"], e["fn"], float(e["weight"])) for e in entries)
 
 
-def episode_args(ep: Episode) -> dict[str, Any]:
+def episode_args(ep: Episode, copy_episode: bool = True) -> dict[str, Any]:
     """What a reward function may read of a finished episode: `messages` (the conversation as
     chat messages: user question, assistant messages, tool replies), `tool_calls` (the turns
     the env read as a tool call: {"name", "text"}), `answer` (the model's final answer, "" if
     none), `gold` (the task's gold answer), `reward` (the env's own), `success` (the env's
-    verdict), `finish` (answer | max_turns | max_tokens | env_error), `task_id`, `episode`."""
+    verdict), `finish` (answer | max_turns | max_tokens | env_error), `task_id`, `episode` (a
+    deep copy, made only when `copy_episode`; every other value is built afresh per call)."""
     messages = [{"role": "user", "content": ep.question}]
     for t in ep.turns:
         messages.append({"role": "assistant", "content": t.action})
@@ -85,38 +89,65 @@ def episode_args(ep: Episode) -> dict[str, Any]:
              if t.tool and t.tool != "answer"]
     return {"messages": messages, "tool_calls": calls, "answer": ep.model_answer,
             "gold": ep.answer, "reward": ep.meta.get("reward_env", ep.reward),
-            "success": ep.success, "finish": ep.finish, "task_id": ep.task_id, "episode": ep}
+            "success": ep.success, "finish": ep.finish, "task_id": ep.task_id,
+            "episode": episode_copy(ep) if copy_episode else None}
 
 
-def score(r: RewardFn, args: dict[str, Any]) -> float:
-    """`r`'s value on an episode; an exception or a value that is not a finite number is a
-    one-line error naming the function and the task."""
-    where = f"reward '{r.name}' ({r.spec}) on task {args['task_id']}"
-    try:
-        value = r.fn(**{k: args[k] for k in r.params})
-    except Exception as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
-        raise ConfigError(f"{where} raised {type(e).__name__}: {' '.join(str(e).split())}") from e
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where} returned {type(value).__name__} {value!r:.60}, not a "
-                          "number") from None
-    if isinstance(value, bool) or not math.isfinite(out):
-        raise ConfigError(f"{where} returned {value!r}, not a finite number")
+def episode_copy(ep: Episode) -> Episode:
+    """A copy of `ep` that shares nothing mutable with it: its lists copied (each `Turn` in
+    them too), its dicts deep-copied; a thousandth of `copy.deepcopy`'s cost on lists of
+    token ids."""
+    out = copy.copy(ep)
+    for f in dataclasses.fields(ep):
+        v = getattr(ep, f.name)
+        if isinstance(v, list):
+            setattr(out, f.name, [x if isinstance(x, (int, float, str)) else copy.deepcopy(x)
+                                  for x in v] if v and not isinstance(v[0], (int, float))
+                    else list(v))
+        elif isinstance(v, (dict, set)):
+            setattr(out, f.name, copy.deepcopy(v))
     return out
 
 
-def apply_rewards(ep: Episode, fns: tuple[RewardFn, ...], mode: str) -> None:
+def score(r: RewardFn, args: dict[str, Any], timeout_s: float = guard.DEFAULT_TIMEOUT_S) -> float:
+    """`r`'s value on an episode, run as the env's steps are (`envs.guard.call_user`: within
+    `timeout_s`, an exception, exit or timeout is one line naming the function, its file and
+    the task); a value that is not a real number (a string or a bool is not), not finite or
+    outside `guard.DEFAULT_REWARD_RANGE` is one line too."""
+    where = f"reward '{r.name}' ({r.spec}) on task {args['task_id']}"
+    value = guard.call_user(r.fn, (), {k: args[k] for k in r.params}, timeout_s, where)
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
+        raise guard.UserCodeError(f"{where} returned {type(value).__name__} {value!r:.60}, "
+                                  "not a number (an int or a float)")
+    return checked_reward(float(value), f"{where} returned")
+
+
+def checked_reward(value: float, what: str) -> float:
+    """`value` when finite and inside `guard.DEFAULT_REWARD_RANGE`, else a one-line error
+    "`what` ..." (a reward of 1e300 would train to inf and NaN)."""
+    lo, hi = guard.DEFAULT_REWARD_RANGE
+    if not math.isfinite(value):
+        raise guard.UserCodeError(f"{what} {value}, not a finite number")
+    if not lo <= value <= hi:
+        raise guard.UserCodeError(f"{what} {value:g}, outside [{lo:g}, {hi:g}] (the range "
+                                  "every reward is checked against)")
+    return value
+
+
+def apply_rewards(ep: Episode, fns: tuple[RewardFn, ...], mode: str,
+                  timeout_s: float = guard.DEFAULT_TIMEOUT_S) -> None:
     """Score a finished episode once: `ep.meta["rewards"]` holds each function's value,
     `ep.meta["reward_env"]` the env's reward, and `ep.reward` becomes the env's reward (mode
-    add, 0 with replace) plus each weight x value."""
+    add, 0 with replace) plus each weight x value, checked as each value is. Each function
+    reads its own copy of the episode (`episode_args`), so none changes what it scores."""
     if not fns or "reward_env" in ep.meta:
         return
-    args = episode_args(ep)
-    values = {r.name: score(r, args) for r in fns}
+    values = {r.name: score(r, episode_args(ep, copy_episode="episode" in r.params), timeout_s)
+              for r in fns}
     ep.meta["reward_env"], ep.meta["rewards"] = ep.reward, values
     base = ep.reward if mode == "add" else 0.0
-    ep.reward = base + sum(r.weight * values[r.name] for r in fns)
+    ep.reward = checked_reward(base + sum(r.weight * values[r.name] for r in fns),
+                               f"the shaped reward of task {ep.task_id} (algo.rewards) is")
 
 
 def reward_metrics(episodes: list[Episode]) -> dict[str, float]:

@@ -49,8 +49,11 @@ from .traces import trace_due, write_trace
 class TaskSampler:
     """Training tasks in a seeded order, reshuffled every epoch; the cursor is the step."""
 
-    def __init__(self, tasks, seed: int, per_step: int):
+    def __init__(self, tasks, seed: int, per_step: int, env: str = "env"):
         self.tasks, self.seed, self.per_step = list(tasks), seed, per_step
+        if not self.tasks:
+            raise ConfigError(f"env '{env}' has no training tasks (its tasks('train') is empty); "
+                              "agentrl check-env shows what the env gives")
 
     def for_step(self, step: int):
         n = len(self.tasks)
@@ -80,7 +83,7 @@ def linear_step_tokens(rt: Runtime) -> int:
     `rollout.group_size`, sampled with step 1's seed. Wherever one is needed
     (`rollout.budget_match`, `agentrl ablate`)."""
     cfg = rt.cfg
-    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
+    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step, cfg.env.name).for_step(1)
     return matched_budget(rt, tasks, cfg.rollout.group_size, step_seed(cfg.seed, 1))
 
 
@@ -226,7 +229,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
     learner = build_learner(cfg, rt.model, comm, rt.model_path, log)
     run = Run(cfg, out, comm, log, rt, learner,
               open_rollouts(rt, learner.critic, out, log),
-              TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step),
+              TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step, cfg.env.name),
               rt.spec.tasks("eval", cfg.train.eval_tasks),
               MetricsLog(out / "metrics.jsonl", sinks=cfg.train.log, config=cfg.to_dict(),
                          on_sinks=folder.record_sinks if folder is not None else None),
@@ -312,6 +315,7 @@ def run_step(run: Run, step: int) -> dict:
     result = run.rollouts.run(ctx, comm.share(run.sampler.for_step(step)))
     eps = result.episodes
     t_roll = time.time() - t0
+    env_errors = env_errors_within_rate(cfg.env, eps, step)
     # 2. credit
     batch = collate(eps, fmt.pad_id)
     batch.tree_arrays, batch.segment_values = result.tree_arrays, result.segment_values
@@ -329,7 +333,6 @@ def run_step(run: Run, step: int) -> dict:
     stats = update(learner, batch, cfg, step)
     run.rollouts.sync(rt.model)           # new weights to the engine / workers
     mask = batch.response_mask.bool()
-    env_errors = [e.meta["env_error"] for e in eps if e.finish == "env_error"]
     row = {
         "step": step,
         "reward/mean": float(batch.rewards.mean()),
@@ -358,6 +361,18 @@ def run_step(run: Run, step: int) -> dict:
     row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s", "env/exceptions"))  # others: mean over ranks
     run.tokens_total += row["rollout/tokens"]
     return row
+
+
+def env_errors_within_rate(env, eps: list, step: int) -> list[str]:
+    """The env errors of a step's episodes (`episode.step_env`), when their share is at most
+    `env.max_error_rate`; above it, a one-line `ConfigError` naming the env and the first
+    error: a world that fails every episode would train to the end on reward 0."""
+    errors = [e.meta["env_error"] for e in eps if e.finish == "env_error"]
+    if eps and len(errors) / len(eps) > env.max_error_rate:
+        raise ConfigError(f"env '{env.name}': {len(errors)} of the {len(eps)} episodes of step "
+                          f"{step} ended in an env error, above env.max_error_rate="
+                          f"{env.max_error_rate:g}; the first: {errors[0]}")
+    return errors
 
 
 def zero_spread_groups(rewards: torch.Tensor, group_index: torch.Tensor) -> float:
