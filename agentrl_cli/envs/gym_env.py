@@ -37,7 +37,7 @@ __all__ = ["GYM_OPTIONS", "GymAdapter", "GymSpec", "GymTextEnv", "SPLIT_SEEDS", 
 
 SPLIT_SEEDS = 1_000_000     # reset seeds per split (the most tasks a split may have)
 GYM_OPTIONS = ("n_train", "n_eval", "max_turns")
-_INSTALL = "pip install 'agentrl-cli[gym]' (or pip install gymnasium)"
+_INSTALL = "pip install 'agentrl[gym]' (or pip install gymnasium)"
 
 
 def _gymnasium():

@@ -46,7 +46,7 @@ ANSWER_TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {
         "answer": {"type": "string", "description": "the final answer"}}, "required": ["answer"]}}}
 _CALL = re.compile(r"^\s*([A-Za-z_][\w.-]*)\((.*)\)\s*$", re.DOTALL)
-_INSTALL = "pip install 'agentrl-cli[mcp]' (or pip install mcp)"
+_INSTALL = "pip install 'agentrl[mcp]' (or pip install mcp)"
 
 
 def _field(obj: Any, *names: str, default: Any = None) -> Any:
