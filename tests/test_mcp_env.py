@@ -200,3 +200,17 @@ def test_a_task_object_is_kept():
             spec.tasks("eval")
     finally:
         spec.close()
+
+
+def test_a_spec_that_is_dropped_stops_its_server():
+    """The client task does not keep its connection alive: collecting the spec closes the
+    session and the server (as `spec.close()` and interpreter exit do)."""
+    import gc
+
+    spec = MCPSpec(SERVER, tasks={"eval": [{"prompt": "p", "answer": "1"}]},
+                   reward=lambda task, answer: 0.0)
+    served = spec.connection._state["served"]
+    assert not served.done()
+    del spec
+    gc.collect()
+    served.result(timeout=30)

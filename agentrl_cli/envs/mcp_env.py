@@ -82,6 +82,46 @@ def _shutdown(loop: asyncio.AbstractEventLoop, state: dict) -> None:
     loop.call_soon_threadsafe(loop.stop)
 
 
+async def _serve(params: Any, ready: concurrent.futures.Future, state: dict) -> None:
+    """Start the server, open the session, list the tools (`ready`'s result), keep the session
+    in `state["session"]` until `state["stop"]` is set, then close both. (A function, not a
+    method: the running task must not keep the connection alive, so that collecting it stops
+    the server.)"""
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    state["stop"] = asyncio.Event()
+    try:
+        async with stdio_client(params, errlog=sys.__stderr__) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await _list_tools(session)
+                state["session"] = session
+                ready.set_result(tools)
+                await state["stop"].wait()
+    except BaseException as e:
+        if not ready.done():
+            ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+        raise
+
+
+async def _list_tools(session: Any) -> list:
+    """Every page of `tools/list`."""
+    page = await session.list_tools()
+    tools = list(page.tools)
+    cursor = _field(page, "next_cursor", "nextCursor")
+    while cursor:
+        try:
+            from mcp.types import PaginatedRequestParams
+
+            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
+        except (ImportError, TypeError):      # mcp 1.x: list_tools(cursor=...)
+            page = await session.list_tools(cursor=cursor)
+        tools += page.tools
+        cursor = _field(page, "next_cursor", "nextCursor")
+    return tools
+
+
 class MCPConnection:
     """One stdio MCP server and its client session, on a dedicated event-loop thread.
 
@@ -106,7 +146,8 @@ class MCPConnection:
         threading.Thread(target=self.loop.run_forever, name="agentrl-mcp", daemon=True).start()
         self._finalizer = weakref.finalize(self, _shutdown, self.loop, self._state)
         ready: concurrent.futures.Future = concurrent.futures.Future()
-        self._state["served"] = asyncio.run_coroutine_threadsafe(self._serve(params, ready), self.loop)
+        self._state["served"] = asyncio.run_coroutine_threadsafe(_serve(params, ready, self._state),
+                                                                 self.loop)
         try:
             self.tools = ready.result(timeout=startup_timeout_s)
         except concurrent.futures.TimeoutError:
@@ -118,41 +159,6 @@ class MCPConnection:
             raise ConfigError(f"env '{label}': the MCP server {' '.join(self.command)} did not "
                               f"start: {type(e).__name__}: {' '.join(str(e).split())}") from e
 
-    async def _serve(self, params: Any, ready: concurrent.futures.Future) -> None:
-        from mcp import ClientSession
-        from mcp.client.stdio import stdio_client
-
-        self._state["stop"] = asyncio.Event()
-        try:
-            async with stdio_client(params, errlog=sys.__stderr__) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    tools = await self._list_tools(session)
-                    self.session = session
-                    ready.set_result(tools)
-                    await self._state["stop"].wait()
-        except BaseException as e:
-            if not ready.done():
-                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
-            raise
-
-    @staticmethod
-    async def _list_tools(session: Any) -> list:
-        """Every page of `tools/list`."""
-        page = await session.list_tools()
-        tools = list(page.tools)
-        cursor = _field(page, "next_cursor", "nextCursor")
-        while cursor:
-            try:
-                from mcp.types import PaginatedRequestParams
-
-                page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
-            except (ImportError, TypeError):      # mcp 1.x: list_tools(cursor=...)
-                page = await session.list_tools(cursor=cursor)
-            tools += page.tools
-            cursor = _field(page, "next_cursor", "nextCursor")
-        return tools
-
     @property
     def alive(self) -> bool:
         served = self._state.get("served")
@@ -162,7 +168,8 @@ class MCPConnection:
         """(the result's text, whether the server flagged it an error) of one `tools/call`."""
         if not self.alive:
             raise ConnectionError(f"the MCP server {' '.join(self.command)} has exited")
-        fut = asyncio.run_coroutine_threadsafe(self.session.call_tool(name, arguments), self.loop)
+        session = self._state["session"]
+        fut = asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), self.loop)
         try:
             result = fut.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
