@@ -176,7 +176,7 @@ class UserEnvFactory:
         unknown = sorted(k for k in options if k not in self.options)
         if unknown and not self.any_option:
             raise EnvOptionError(f"env '{self.name}' has no option '{unknown[0]}'; its options: "
-                                 f"{', '.join(sorted({*self.options, *held})) or 'none'}")
+                                 f"{', '.join([*self.options, *held]) or 'none'}")
         kw = {"seed": seed, **options} if self.takes_seed else options
         spec = self._call(kw)
         adapter = next((a for a in SPEC_ADAPTERS if a.accepts(spec)), None)
