@@ -208,6 +208,16 @@ def test_the_round_trip_gym_id_of_an_agentrl_env_trains_from_the_cli(model_dir, 
     assert json.loads((out / "config.json").read_text())["env"]["name"] == "gym:agentrl/search-v0"
 
 
+def test_the_round_trip_draws_its_tasks_from_the_split_it_is_given():
+    native = make_env_spec(config.load(**{"env.name": "math"}).env)
+    held_out = {t.prompt for t in native.tasks("eval")}
+    for split, inside in (("train", False), ("eval", True)):
+        spec = make_env_spec(config.load(sets=[f"env.split={split}"],
+                                         **{"env.name": "gym:agentrl/math-v0"}).env)
+        prompts = [t.prompt for t in spec.tasks("train", 10)]
+        assert all((p in held_out) == inside for p in prompts), split
+
+
 def test_a_gym_id_with_a_module_and_its_options(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     cfg = config.load(sets=["env.high=3", "env.n_train=5"],
