@@ -204,7 +204,7 @@ def test_a_task_object_is_kept():
 
 def test_a_spec_that_is_dropped_stops_its_server():
     """The client task does not keep its connection alive: collecting the spec closes the
-    session and the server (as `spec.close()` and interpreter exit do)."""
+    client and the server (as `spec.close()` and interpreter exit do)."""
     import gc
 
     spec = MCPSpec(SERVER, tasks={"eval": [{"prompt": "p", "answer": "1"}]},

@@ -6,7 +6,7 @@ A user's factory returns an `MCPSpec`:
     def make(seed=0):
         return MCPSpec([sys.executable, "my_server.py"], tasks=my_tasks, reward=my_reward)
 
-The spec starts the server once, lists its tools (`tools/list`) and shares one client session
+The spec starts the server once, lists its tools (`tools/list`) and shares one MCP client
 among its envs. The mcp client is asyncio: it runs on a dedicated event-loop thread
 (`MCPConnection`), and the synchronous env protocol submits each call to it and waits.
 
@@ -69,7 +69,7 @@ def mcp_tool_schema(tool: Any) -> dict:
 
 
 def _shutdown(loop: asyncio.AbstractEventLoop, state: dict) -> None:
-    """Close the session and the server, then stop the loop (also at interpreter exit)."""
+    """Close the client and the server, then stop the loop (also at interpreter exit)."""
     if loop.is_closed():
         return
     stop, served = state.get("stop"), state.get("served")
@@ -83,8 +83,8 @@ def _shutdown(loop: asyncio.AbstractEventLoop, state: dict) -> None:
 
 
 async def _serve(params: Any, ready: concurrent.futures.Future, state: dict) -> None:
-    """Start the server, open the session, list the tools (`ready`'s result), keep the session
-    in `state["session"]` until `state["stop"]` is set, then close both. (A function, not a
+    """Start the server, open the client, list the tools (`ready`'s result), keep the client
+    in `state["client"]` until `state["stop"]` is set, then close both. (A function, not a
     method: the running task must not keep the connection alive, so that collecting it stops
     the server.)"""
     from mcp import ClientSession
@@ -93,10 +93,10 @@ async def _serve(params: Any, ready: concurrent.futures.Future, state: dict) -> 
     state["stop"] = asyncio.Event()
     try:
         async with stdio_client(params, errlog=sys.__stderr__) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = await _list_tools(session)
-                state["session"] = session
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                tools = await _list_tools(client)
+                state["client"] = client
                 ready.set_result(tools)
                 await state["stop"].wait()
     except BaseException as e:
@@ -105,28 +105,28 @@ async def _serve(params: Any, ready: concurrent.futures.Future, state: dict) -> 
         raise
 
 
-async def _list_tools(session: Any) -> list:
+async def _list_tools(client: Any) -> list:
     """Every page of `tools/list`."""
-    page = await session.list_tools()
+    page = await client.list_tools()
     tools = list(page.tools)
     cursor = _field(page, "next_cursor", "nextCursor")
     while cursor:
         try:
             from mcp.types import PaginatedRequestParams
 
-            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
+            page = await client.list_tools(params=PaginatedRequestParams(cursor=cursor))
         except (ImportError, TypeError):      # mcp 1.x: list_tools(cursor=...)
-            page = await session.list_tools(cursor=cursor)
+            page = await client.list_tools(cursor=cursor)
         tools += page.tools
         cursor = _field(page, "next_cursor", "nextCursor")
     return tools
 
 
 class MCPConnection:
-    """One stdio MCP server and its client session, on a dedicated event-loop thread.
+    """One stdio MCP server and its client (`mcp.ClientSession`), on a dedicated event-loop thread.
 
-    `call(name, arguments, timeout)` is synchronous: it submits `session.call_tool` to the loop
-    and waits. The session's async context managers are entered and left by one task
+    `call(name, arguments, timeout)` is synchronous: it submits the client's `call_tool` to the
+    loop and waits. The client's async context managers are entered and left by one task
     (`_serve`), as anyio requires; `close()` (or garbage collection, or interpreter exit) ends
     it and the server process."""
 
@@ -168,8 +168,8 @@ class MCPConnection:
         """(the result's text, whether the server flagged it an error) of one `tools/call`."""
         if not self.alive:
             raise ConnectionError(f"the MCP server {' '.join(self.command)} has exited")
-        session = self._state["session"]
-        fut = asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), self.loop)
+        client = self._state["client"]
+        fut = asyncio.run_coroutine_threadsafe(client.call_tool(name, arguments), self.loop)
         try:
             result = fut.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
