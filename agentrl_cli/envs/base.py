@@ -85,37 +85,31 @@ class EnvRegistry(plugins.PluginRegistry):
     def __init__(self, kind: str):
         super().__init__(kind, ENTRY_POINTS, "a user env: module:factory, path/to/file.py:factory",
                          lambda name, fn: UserEnvFactory(name, fn))
-        self._families: dict[str, Callable[[str], Callable[..., EnvSpec]]] = {}
+        self.schemes: dict[str, Callable[[str], Callable[..., Any]]] = {}
+
+    def register_scheme(self, scheme: str, factory_of: Callable[[str], Callable[..., Any]]) -> None:
+        """Names `SCHEME:REST` (`gym:ID`) resolve to the factory `factory_of(REST)`, wrapped and
+        cached as a user env's (before `module:attr`, so a module named `SCHEME` is shadowed)."""
+        if scheme in self.schemes:
+            raise ValueError(f"env scheme '{scheme}' is already registered")
+        self.schemes[scheme] = factory_of
+
+    def get(self, name: str):
+        scheme, sep, rest = name.partition(":")
+        if sep and scheme in self.schemes and name not in self._user:
+            self._user[name] = self.wrap(name, self.schemes[scheme](rest))
+        return super().get(name)
 
     def names(self) -> list[str]:
         return sorted({*super().names(), *plugins.entry_points(ENTRY_POINTS)})
-
-    def register_family(self, prefix: str, make_factory: Callable[[str], Callable[..., EnvSpec]]) -> None:
-        """Envs named `PREFIX:REST` (`reasoning-gym:chain_sum`): `make_factory(REST)` gives the
-        registry factory of each, called as a built-in's is. A family's prefix wins over a
-        module of the same name."""
-        if prefix in self._families:
-            raise ValueError(f"env family '{prefix}' is registered twice")
-        self._families[prefix] = make_factory
-
-    def family(self, name: str) -> str | None:
-        """The registered family `name` belongs to (its prefix), if any."""
-        prefix, sep, _ = name.partition(":")
-        return prefix if sep and prefix in self._families else None
-
-    def get(self, name: str):
-        prefix = self.family(name)
-        if prefix is not None and name not in self._user:
-            self._user[name] = self._families[prefix](name.partition(":")[2])
-        return super().get(name)
 
     def __contains__(self, name: str) -> bool:
         return Registry.__contains__(self, name) or name in self._user
 
     def is_user(self, name: str) -> bool:
-        """Whether `name` is a user env (neither registered by the package nor of one of its
-        families)."""
-        return not Registry.__contains__(self, name) and self.family(name) is None
+        """Whether `name` is a user env (not registered by the package; a scheme's env, such
+        as `gym:ID` or `reasoning-gym:NAME`, runs code from outside and counts as one)."""
+        return not Registry.__contains__(self, name)
 
 
 # name -> callable(seed: int, **options) -> EnvSpec, made by `env_factory` (or a user env's
@@ -177,24 +171,56 @@ class UserEnvFactory:
         self.options = tuple(n for n in named if n != "seed")
 
     def __call__(self, seed: int = 0, **options: Any) -> EnvSpec:
+        held = {} if self.any_option else {
+            k: options.pop(k) for k in list(options)
+            if k not in self.options and any(k in a.options for a in SPEC_ADAPTERS)}
         unknown = sorted(k for k in options if k not in self.options)
         if unknown and not self.any_option:
             raise EnvOptionError(f"env '{self.name}' has no option '{unknown[0]}'; its options: "
-                                 f"{', '.join(self.options) or 'none'}")
+                                 f"{', '.join([*self.options, *held]) or 'none'}")
         kw = {"seed": seed, **options} if self.takes_seed else options
-        try:
-            spec = self.fn(**kw)
-        except ConfigError:
-            raise
-        except (Exception, SystemExit) as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
-            raise ConfigError(f"env '{self.name}': its factory raised {type(e).__name__}: "
-                              f"{' '.join(str(e).split())}") from e
+        spec = self._call(kw)
+        adapter = next((a for a in SPEC_ADAPTERS if a.accepts(spec)), None)
+        if adapter is not None:
+            spec = adapter(spec, lambda: self._call(kw), self.name, seed, **held)
+        elif held:
+            raise EnvOptionError(f"env '{self.name}' has no option '{sorted(held)[0]}'; its "
+                                 f"options: {', '.join(self.options) or 'none'}")
         missing = [m for m in ("make", "tasks") if not callable(getattr(spec, m, None))]
         if missing:
             raise ConfigError(f"env '{self.name}': its factory returned a value of type "
                               f"{type(spec).__name__}, not an env spec (it lacks {' and '.join(m + '()' for m in missing)}; "
                               "see docs/your-env.md)")
         return spec
+
+    def _call(self, kw: dict) -> Any:
+        try:
+            return self.fn(**kw)
+        except ConfigError:
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001  (the user's code: one line, chained for debugging)
+            raise ConfigError(f"env '{self.name}': its factory raised {type(e).__name__}: "
+                              f"{' '.join(str(e).split())}") from e
+
+
+class SpecAdapter(Protocol):
+    """Turns what a user's factory returned into an env spec when it is another kind of env
+    (a `gymnasium.Env`: `envs.gym_env`). `options` are the adapter's own options, which the
+    factory need not take."""
+
+    options: tuple[str, ...]
+
+    def accepts(self, obj: Any) -> bool:
+        """Whether `obj` (a factory's result) is this adapter's kind of env."""
+
+    def __call__(self, obj: Any, remake: Callable[[], Any], name: str, seed: int,
+                 **options: Any) -> EnvSpec:
+        """The spec of `obj`; `remake()` calls the factory again (a fresh env)."""
+
+
+# what a user's factory may return besides an env spec, each turned into one (registered in
+# `envs/__init__`)
+SPEC_ADAPTERS: list[SpecAdapter] = []
 
 
 def make_env_spec(section: EnvConfig, seed: int | None = None) -> EnvSpec:

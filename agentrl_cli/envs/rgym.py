@@ -34,7 +34,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from ..errors import ConfigError
-from .base import ENVS, SECTION_OPTIONS, Task
+from .base import SECTION_OPTIONS, Task
 from .calls import CallEnv, check_call_cost
 from .mathword import CalcError, calculate, format_number
 from .tool_calls import function_tool
@@ -354,5 +354,3 @@ def make_factory(rest: str) -> Callable[..., ReasoningGymSpec]:
     factory.options = OWN_OPTIONS + ("calculator",)
     return factory
 
-
-ENVS.register_family(PREFIX, make_factory)
