@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -16,6 +15,8 @@ import pytest
 from agentrl_cli import config
 from agentrl_cli.reporting import records
 from agentrl_cli.rollout import rewards
+
+from test_records import _copy   # the pages and records in a scratch repository root
 
 ROOT = Path(__file__).resolve().parents[1]
 # a measured number: a difference or success ± its spread, a success fraction, a time ratio
@@ -39,14 +40,6 @@ def test_every_measured_number_of_the_readme_comes_from_a_record():
     # a number typed into the README's prose instead of a generated section is caught
     planted = readme.replace("**What to expect.**", "**What to expect.** FOCUS gains 0.696,", 1)
     assert _loose_numbers(planted) == ["0.696"]
-
-
-def _copy(tmp_path: Path) -> Path:
-    (tmp_path / "docs").mkdir()
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
-    shutil.copytree(ROOT / "docs" / "records", tmp_path / "docs" / "records")
-    return tmp_path
 
 
 def test_the_readmes_verdict_table_follows_its_records(tmp_path):

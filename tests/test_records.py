@@ -30,6 +30,8 @@ def _copy(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
     shutil.copytree(ROOT / "docs" / "records", tmp_path / "docs" / "records")
+    for page in ("methods.md", "envs.md"):               # pages whose prose quotes records
+        shutil.copy(ROOT / "docs" / page, tmp_path / "docs" / page)
     return tmp_path
 
 
@@ -239,3 +241,135 @@ def test_the_external_table_pairs_focus_with_grpo_per_task():
     assert row[6].rstrip(" |") == "-9.3 ± 0.3 behind"   # paired: -10, -9, -9; se 0.33
     other = rows[records.EXTERNAL[1][0]]
     assert other[4] == "not run" and other[1] == "–"
+
+
+# ---- the check without holes: each fault one line, exit 1, no traceback -------------------
+
+def _check(root: Path, *args: str) -> tuple[int, list[str]]:
+    res = subprocess.run([sys.executable, "-m", "agentrl_cli.reporting.records", *args],
+                         capture_output=True, text=True, cwd=root)
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.returncode, (res.stdout + res.stderr).splitlines()
+
+
+def test_the_check_passes_on_the_repository_and_results_stay_small():
+    assert records.problems(ROOT) == []
+    assert len((ROOT / "docs" / "results.md").read_bytes()) < 30_000
+
+
+def test_a_number_quoted_in_prose_is_checked_and_rewritten(tmp_path):
+    root = _copy(tmp_path)
+    results = root / "docs" / "results.md"
+    text = results.read_text()
+    assert "on `rules` +10.6 ± 6.3 from 0.304" in text
+    results.write_text(text.replace("on `rules` +10.6 ± 6.3 from 0.304", "on `rules` +12.6 ± 6.3 from 0.304"))
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and lines == ["docs/results.md: '+12.6 ± 6.3' where docs/records gives '+10.6 ± 6.3' "
+                                 "(families-rules:grpo:final_minus_base)"]
+    # a guide's prose too, across a line break
+    methods = root / "docs" / "methods.md"
+    methods.write_text(methods.read_text().replace("`rules` (-2.4 ± 1.6)", "`rules` (-0.4 ± 1.6)"))
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and "docs/methods.md: '-0.4 ± 1.6' where docs/records gives '-2.4 ± 1.6' " \
+        "(families-rules:focus:vs_ref)" in lines
+    assert _check(root) == (0, [f"wrote {root / 'docs' / 'results.md'}", f"wrote {methods}"])
+    assert "on `rules` +10.6 ± 6.3 from 0.304" in results.read_text()
+    assert _check(root, "--check") == (0, [])
+
+
+def test_a_record_changed_reaches_its_quotes_and_a_reworded_quote_is_named(tmp_path):
+    root = _copy(tmp_path)
+    path = root / "docs" / "records" / "allocation-early.json"
+    rec = json.loads(path.read_text())
+    tree = next(a for a in rec["arms"] if a["name"] == "tree_grpo")
+    tree["per_seed"]["mean_of_checks"] = [x - 0.01 for x in tree["per_seed"]["mean_of_checks"]]
+    tree.get("given", {}).pop("vs_ref", None)
+    tree.get("given", {}).pop("mean_of_checks", None)
+    path.write_text(json.dumps(rec))
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and any(line.startswith("docs/methods.md: '+2.7 ± 0.5' where docs/records "
+                                           "gives '+3.7 ± 0.5'") for line in lines), lines
+    envs = root / "docs" / "envs.md"
+    envs.write_text(envs.read_text().replace("budget (4,063 generated tokens", "budget of 4,063 tokens"))
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and "docs/envs.md: a quote of the records is gone or reworded (change QUOTES in " \
+        "agentrl_cli/reporting/records.py with it): budget (… generated tokens" in lines
+
+
+def test_an_emptied_or_truncated_results_page_is_caught(tmp_path):
+    root = _copy(tmp_path)
+    results = root / "docs" / "results.md"
+    full = results.read_text()
+    results.write_text("")
+    assert _check(root, "--check") == (1, ["docs/results.md: empty"])
+    # cut after its last generated section: only the end line says so
+    results.write_text(full[:full.index("## Caveats")])
+    assert _check(root, "--check") == (1, ["docs/results.md: truncated (its last line is not "
+                                           "<!-- end of page -->)"])
+    # cut in the middle: the sections it lost are named
+    results.write_text(full[:len(full) // 2])
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and lines[0] == "docs/results.md: truncated (its last line is not <!-- end of page -->)"
+    assert "docs/results.md: no generated section table:search-main (cut short, or its markers " \
+        "removed)" in lines
+    assert _check(root) == (1, lines)            # rewriting refuses too, the same lines
+
+
+def test_a_missing_marker_is_one_line(tmp_path):
+    root = _copy(tmp_path)
+    results = root / "docs" / "results.md"
+    full = results.read_text()
+    results.write_text(full.replace("<!-- end: table:dapo-budget -->\n", "", 1))
+    assert _check(root, "--check") == (1, ["docs/results.md: section table:dapo-budget has no end "
+                                           "marker (<!-- end: table:dapo-budget -->)"])
+    results.write_text(full.replace("<!-- from docs/records: table:dapo-budget -->\n", "", 1))
+    assert _check(root, "--check") == (1, ["docs/results.md: section table:dapo-budget has no begin "
+                                           "marker (<!-- from docs/records: table:dapo-budget -->)"])
+    results.write_text(full.replace("table:dapo-budget -->", "table:dapo-budgett -->"))
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and lines == [
+        "docs/results.md: section table:dapo-budgett names no record in docs/records",
+        "docs/results.md: no generated section table:dapo-budget (cut short, or its markers removed)"]
+
+
+@pytest.mark.parametrize("edit, line", [
+    (lambda text: text[:40], "docs/records/dapo-budget.json: not JSON (line 2, column"),
+    (lambda text: "[1, 2]", "docs/records/dapo-budget.json: not a JSON object"),
+    (lambda text: json.dumps({**json.loads(text), "arms": "grpo"}), "docs/records/dapo-budget.json: no arms"),
+    (lambda text: text.replace('"seeds"', '"seedz"', 1), "docs/records/dapo-budget.json: arm grpo: no seeds"),
+    (lambda text: json.dumps({**json.loads(text), "arms": [{**json.loads(text)["arms"][0], "per_seed": {
+        "base": "0.3"}}]}), "docs/records/dapo-budget.json: arm grpo: per_seed.base is not a list of numbers"),
+])
+def test_a_malformed_record_is_one_line(tmp_path, edit, line):
+    root = _copy(tmp_path)
+    path = root / "docs" / "records" / "dapo-budget.json"
+    path.write_text(edit(path.read_text()))
+    for args in (("--check",), ()):
+        rc, lines = _check(root, *args)
+        assert rc == 1 and len(lines) == 1 and lines[0].startswith(line), lines
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_nan_in_a_record_is_one_line(tmp_path, value):
+    root = _copy(tmp_path)
+    path = root / "docs" / "records" / "search-main.json"
+    rec = json.loads(path.read_text())
+    rec["arms"][1]["per_seed"]["wall_s"][0] = "HERE"
+    path.write_text(json.dumps(rec).replace('"HERE"', value))
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("docs/records/search-main.json: ") and "not a" in lines[0]
+    with pytest.raises(records.RecordError, match="search-main.json"):
+        records.load_records(root / "docs" / "records")
+
+
+def test_a_missing_readme_is_one_line(tmp_path):
+    root = _copy(tmp_path)
+    (root / "README.md").unlink()
+    assert _check(root, "--check") == (1, ["README.md: missing (python -m agentrl_cli.reporting.records "
+                                           "checks it)"])
+    (root / "docs" / "records" / "search-main.json").unlink()
+    (root / "README.md").write_text((ROOT / "README.md").read_text())
+    rc, lines = _check(root, "--check")
+    assert rc == 1 and "README.md: its sections cannot be rendered from docs/records (KeyError: " \
+        "search-main)" in lines

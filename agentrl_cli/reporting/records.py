@@ -5,7 +5,14 @@ quote); this module derives the numbers the pages print (means, paired differenc
 in `docs/results.md` and `README.md`. It reads JSON only.
 
     python -m agentrl_cli.reporting.records          # rewrite the generated sections
-    python -m agentrl_cli.reporting.records --check  # exit 1 naming each stale section
+    python -m agentrl_cli.reporting.records --check  # exit 1, one line per problem
+
+The check (`problems`) finds: a record that is not JSON, not of a record's shape, holds NaN or
+an infinite number, or whose per-seed values do not give its summary; a page that is missing,
+empty, or truncated (its last line is not `PAGE_END`); a section without its begin or end
+marker, one that names no record, a record not shown on the results page; a generated
+section that disagrees with the records; and a number quoted in prose (`QUOTES`) that is not
+the record's, or a quote no longer found. Each is one line; rewriting fixes only the numbers.
 
 A record's metrics:
 - `per_seed`: {metric: [one value per seed, in the order of `seeds`]}; success values are
@@ -49,16 +56,44 @@ END = "<!-- end: {key} -->"
 SECTION = re.compile(r"<!-- from docs/records: (\S+) -->")
 
 
+class RecordError(ValueError):
+    """A record or page the check cannot take: its message is one line naming the file."""
+
+
+def _no_constant(name: str):
+    raise RecordError(f"{name} is not a measured value")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if x != x or x in (float("inf"), float("-inf")):
+        raise RecordError(f"{text} is not a finite number")
+    return x
+
+
+def read_record(path: Path) -> dict:
+    """One record file, checked: JSON (no NaN or infinite numbers) of a record's shape whose
+    per-seed values give its summaries (`check_record`); else one-line RecordError."""
+    name = f"docs/records/{path.name}"
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant,
+                         parse_float=_finite)
+    except RecordError as e:
+        raise RecordError(f"{name}: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(f"{name}: cannot be read ({type(e).__name__})") from None
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{name}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    problems = check_record(rec)
+    if problems:
+        raise RecordError(f"{name}: " + "; ".join(problems))
+    return rec
+
+
 def load_records(folder: Path) -> dict[str, dict]:
-    """Every record under `folder`, by file stem; a record that fails `check_record` raises."""
-    out = {}
-    for path in sorted(Path(folder).glob("*.json")):
-        rec = json.loads(path.read_text())
-        problems = check_record(rec)
-        if problems:
-            raise ValueError(f"{path.name}: " + "; ".join(problems))
-        out[path.stem] = rec
-    return out
+    """Every record under `folder`, by file stem; a record that fails `read_record` raises
+    its one-line RecordError (a ValueError)."""
+    return {path.stem: read_record(path) for path in sorted(Path(folder).glob("*.json"))}
 
 
 # ---- derived numbers -------------------------------------------------------------------
@@ -68,7 +103,10 @@ def _scale(metric: str) -> float:
 
 
 def _arm(rec: dict, name: str) -> dict:
-    return next(a for a in rec["arms"] if a["name"] == name)
+    arm = next((a for a in rec["arms"] if a["name"] == name), None)
+    if arm is None:
+        raise KeyError(f"arm {name} of record {rec.get('title', '?')}")
+    return arm
 
 
 def paired_difference(mine: dict, theirs: dict) -> tuple[float, float, int] | None:
@@ -148,11 +186,54 @@ def wall_ratio(rec: dict, arm: str, ref: str) -> float:
     return sum(_arm(rec, arm)["per_seed"]["wall_s"]) / sum(_arm(rec, ref)["per_seed"]["wall_s"])
 
 
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _arm_shape(i: int, arm) -> list[str]:
+    """What keeps an arm from being read: its fields' types."""
+    if not isinstance(arm, dict):
+        return [f"arm {i} is not an object"]
+    where = f"arm {arm.get('name', i)}"
+    out = [f"{where}: no {k}" for k in ("name", "label", "seeds") if not isinstance(arm.get(k), (str if k != "seeds" else list))]
+    if isinstance(arm.get("seeds"), list) and not all(isinstance(s, int) and not isinstance(s, bool) for s in arm["seeds"]):
+        out.append(f"{where}: seeds are not integers")
+    for field, n in (("per_seed", None), ("given", 2), ("exploration", 2)):
+        values = arm.get(field, {})
+        if not isinstance(values, dict):
+            out.append(f"{where}: {field} is not an object")
+            continue
+        for metric, xs in values.items():
+            ok = isinstance(xs, list) and all(_is_num(x) or (n and j == 1 and x is None) for j, x in enumerate(xs))
+            if not ok or (n is not None and len(xs) != n):
+                out.append(f"{where}: {field}.{metric} is not a list of "
+                           + ("numbers" if n is None else "[mean, spread]"))
+    return out
+
+
+def record_shape(rec) -> list[str]:
+    """What keeps a record from being read at all: not an object, no arms, fields of the
+    wrong type (the renderer reads these)."""
+    if not isinstance(rec, dict):
+        return ["not a JSON object"]
+    if not isinstance(rec.get("arms"), list) or not rec["arms"]:
+        return ["no arms"]
+    out = [f"{k} is not a {t.__name__}" for k, t in (("commands", list), ("steps", int))
+           if k in rec and not isinstance(rec[k], t)]
+    if "budget" in rec and rec["budget"] is not None and not _is_num(rec["budget"]):
+        out.append("budget is not a number")
+    return out + [p for i, arm in enumerate(rec["arms"]) for p in _arm_shape(i, arm)]
+
+
 def check_record(rec: dict) -> list[str]:
-    """What is wrong with a record: missing fields, per-seed lists of the wrong length, a
-    reference that is not an arm, per-seed values that do not give the summary beside them."""
-    if rec.get("kind") == "departures":
+    """What is wrong with a record: its shape (`record_shape`), missing fields, per-seed lists
+    of the wrong length, a reference that is not an arm, per-seed values that do not give the
+    summary beside them. A departures record (no arms) has its own check."""
+    if isinstance(rec, dict) and rec.get("kind") == "departures":
         return _check_departures(rec)
+    shape = record_shape(rec)
+    if shape:
+        return shape
     need = ("title", "date", "build", "env", "steps", "commands", "source", "arms")
     problems = [f"no {k}" for k in need if k not in rec]
     names = {a.get("name") for a in rec.get("arms", [])}
@@ -417,6 +498,149 @@ def fill(text: str, records: dict[str, dict]) -> str:
 
 
 PAGES = ("README.md", "docs/results.md")
+PAGE_END = "<!-- end of page -->"    # a page's last line: a page cut short lacks it
+# the generated sections each page must hold (results.md also one `table:NAME` per record)
+REQUIRED = {"README.md": ("readme-cost", "readme-expect"), "docs/results.md": ("families",)}
+
+# Numbers that prose quotes from records (`record_quotes`): (page, the sentence with each
+# number as {RECORD:budget}, {RECORD:ARM:METRIC[:mean|:abs]}, {RECORD:ARM:verdict},
+# {RECORD:ARM:off_budget} or {RECORD:ARM:vs:OTHER_ARM} (paired mean of checks, points)).
+QUOTES = (
+    ("docs/results.md", "on `rules` {families-rules:grpo:final_minus_base} from "
+     "{families-rules:grpo:base:mean}"),
+    ("docs/results.md", "FOCUS with the learned critic is **{allocation-early:focus:verdict}** "
+     "with GRPO ({allocation-early:focus:vs_ref} points), not 3 points ahead; ahead of "
+     "`tree_grpo` ({allocation-early:focus:vs:tree_grpo}), itself "
+     "{allocation-early:tree_grpo:verdict} GRPO"),
+    ("docs/results.md", "at step 0: {search-main:budget} tokens for seed 0"),
+    ("docs/results.md", "reasoning-gym](envs.md#reasoning-gym-tasks-reasoning-gymname) generators, "
+     "{rg-chain-sum:budget} tokens a step"),
+    ("docs/methods.md", "`search` ({methods-search:focus:vs_ref}, 3 seeds), `search-long` "
+     "({search-long-200:focus-0-5:vs_ref}, 6 seeds) and on `allocation-early` "
+     "({allocation-early:focus:vs_ref}, 6 seeds)"),
+    ("docs/methods.md", "it is level too ({allocation-early:focus-oracle:vs_ref})"),
+    ("docs/methods.md", "on `math` ({families-math:focus:vs_ref}), `rules` "
+     "({families-rules:focus:vs_ref}) and `locate` ({families-locate:focus:vs_ref})"),
+    ("docs/methods.md", "first stayed {allocation-late:focus-contrast:vs_ref:abs} points behind GRPO"),
+    ("docs/methods.md", "on `allocation-early` ({allocation-early:focus:vs:tree_grpo}), which is "
+     "behind GRPO there ({allocation-early:tree_grpo:vs_ref})"),
+    ("docs/methods.md", "is level with GRPO ({allocation-ladder:focus-kappa0:vs_ref}); entropy "
+     "branching (`algo.focus_allocator=entropy`) is behind ({allocation-ladder:focus-entropy:vs_ref})"),
+    ("docs/methods.md", "tokens per step at its budget of {methods-search:budget}"),
+    ("docs/envs.md", "budget ({search-long-200:budget} generated tokens"),
+)
+
+
+def quoted(records: dict[str, dict], ref: str) -> str:
+    """The text of a quote's placeholder `ref` (see QUOTES) from the records."""
+    name, *rest = ref.split(":")
+    rec = records[name]
+    if rest == ["budget"]:
+        return f"{rec['budget']:,}"
+    arm, what, *mods = rest
+    a = _arm(rec, arm)
+    if what == "verdict":
+        return verdict(rec, a)
+    if what == "off_budget":
+        return f"{abs(100 * (off_budget(rec, a) or 0)):.0f}%"
+    if what == "vs":
+        b = _arm(rec, mods[0])
+        per = lambda x: {s: 100 * v for s, v in zip(x["seeds"], x["per_seed"]["mean_of_checks"])}  # noqa: E731
+        return _num("vs_ref", paired_difference(per(a), per(b))[:2])
+    text = _num(what, summary(rec, a, what))
+    if "mean" in mods:
+        text = text.split(" ±")[0]
+    return text.lstrip("+-") if "abs" in mods else text
+
+
+def _read_page(root: Path, page: str) -> tuple[str | None, list[str]]:
+    """(the page's text, or None; [its problems: missing, unreadable, empty, cut short])."""
+    try:
+        text = (root / page).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, [f"{page}: missing (python -m agentrl_cli.reporting.records checks it)"]
+    except (OSError, UnicodeDecodeError) as e:
+        return None, [f"{page}: cannot be read ({type(e).__name__})"]
+    if not text.strip():
+        return None, [f"{page}: empty"]
+    if page in PAGES and text.rstrip().rsplit("\n", 1)[-1].strip() != PAGE_END:
+        return text, [f"{page}: truncated (its last line is not {PAGE_END})"]
+    return text, []
+
+
+def marker_problems(page: str, text: str, records: dict[str, dict]) -> list[str]:
+    """Sections without both markers, sections naming no record, sections a page must hold."""
+    begins, ends = SECTION.findall(text), re.findall(r"<!-- end: (\S+) -->", text)
+    out = [f"{page}: section {k} has no end marker ({END.format(key=k)})" for k in begins if k not in ends]
+    out += [f"{page}: section {k} has no begin marker ({BEGIN.format(key=k)})" for k in ends if k not in begins]
+    out += [f"{page}: section {k} names no record in docs/records" for k in begins
+            if k.startswith("table:") and k.split(":", 1)[1] not in records]
+    out += [f"{page}: section {k} is not one the records write" for k in begins
+            if not k.startswith("table:") and k not in SECTIONS]
+    need = list(REQUIRED.get(page, ()))
+    if page == "docs/results.md":   # every record: its own table, or a row of the external one
+        rows = {key for _, key in EXTERNAL}
+        need += [f"table:{name}" for name in records if name not in rows]
+        need += ["external"] if rows & set(records) else []
+    out += [f"{page}: no generated section {k} (cut short, or its markers removed)"
+            for k in need if k not in begins and k not in ends]
+    return out
+
+
+def _render_problem(page: str, text: str, records: dict[str, dict]) -> str | None:
+    """None when the page's sections render from the records and agree with them."""
+    try:
+        same = fill(text, records) == text
+    except (KeyError, StopIteration, TypeError, ValueError, ZeroDivisionError, IndexError) as e:
+        return (f"{page}: its sections cannot be rendered from docs/records "
+                f"({type(e).__name__}: {str(e).strip(chr(39))})")
+    return None if same else (f"{page}: generated sections disagree with docs/records "
+                              "(python -m agentrl_cli.reporting.records rewrites them)")
+
+
+def quote_problems(page: str, text: str, records: dict[str, dict]) -> list[str]:
+    """A quote of QUOTES on `page` that is gone, or whose numbers are not the records'."""
+    from .record_quotes import compare, short
+
+    out = []
+    for where, template in QUOTES:
+        if where != page:
+            continue
+        try:
+            m, wrong = compare(text, template, lambda ref: quoted(records, ref))
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            out.append(f"{page}: a quote of the records cannot be rendered ({type(e).__name__}: "
+                       f"{str(e).strip(chr(39))}): {short(template)}")
+            continue
+        if m is None:
+            out.append(f"{page}: a quote of the records is gone or reworded (change QUOTES in "
+                       f"agentrl_cli/reporting/records.py with it): {short(template)}")
+        out += [f"{page}: '{got}' where docs/records gives '{want}' ({ref})" for ref, got, want in wrong]
+    return out
+
+
+def problems(root: Path) -> list[str]:
+    """Every problem of the records and the pages built from them under `root`, one line
+    each (the module's docstring lists them)."""
+    try:
+        records = load_records(root / "docs" / "records")
+    except RecordError as e:
+        return [str(e)] + [p for page in PAGES for p in _read_page(root, page)[1]]
+    if not records:
+        return ["docs/records: no records"]
+    out = []
+    for page in dict.fromkeys([*PAGES, *(p for p, _ in QUOTES)]):
+        text, found = _read_page(root, page)
+        out += found
+        if text is None:
+            continue
+        if page in PAGES:
+            marks = marker_problems(page, text, records)
+            out += marks
+            if not marks:
+                out += [p for p in [_render_problem(page, text, records)] if p]
+        out += quote_problems(page, text, records)
+    return out
 
 
 def stale(root: Path) -> list[str]:
@@ -426,13 +650,19 @@ def stale(root: Path) -> list[str]:
 
 
 def write(root: Path) -> list[Path]:
-    """Rewrite the generated sections of the pages under `root`; returns what changed."""
+    """Rewrite the generated sections and the quoted numbers of the pages under `root`;
+    returns what changed."""
+    from .record_quotes import rewrite
+
     records = load_records(root / "docs" / "records")
     changed = []
-    for page in PAGES:
+    for page in dict.fromkeys([*PAGES, *(p for p, _ in QUOTES)]):
         path = root / page
-        text = fill(path.read_text(), records)
-        if text != path.read_text():
+        old = path.read_text()
+        text = fill(old, records) if page in PAGES else old
+        for _, template in (q for q in QUOTES if q[0] == page):
+            text = rewrite(text, template, lambda ref: quoted(records, ref))
+        if text != old:
             path.write_text(text)
             changed.append(path)
     return changed
@@ -440,12 +670,17 @@ def write(root: Path) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     root = Path.cwd()
+    found = problems(root)
     if "--check" in argv:
-        bad = stale(root)
-        for page in bad:
-            print(f"{page}: generated sections disagree with docs/records "
-                  "(python -m agentrl_cli.reporting.records rewrites them)")
-        return 1 if bad else 0
+        for line in found:
+            print(line)
+        return 1 if found else 0
+    fixable = ("generated sections disagree", "where docs/records gives")
+    blocking = [p for p in found if not any(f in p for f in fixable)]
+    for line in blocking:
+        print(line, file=sys.stderr)
+    if blocking:
+        return 1
     for path in write(root):
         print(f"wrote {path}")
     return 0

@@ -39,7 +39,7 @@ from . import checkpoint
 from .batch import collate
 from .distributed import Local, from_env
 from .learner import Learner, build_learner, score, update
-from .preflight import check_names, check_run_memory
+from .preflight import check_names, check_run_memory, check_update_memory
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
 from .tiny_build import ensure_model
@@ -109,6 +109,8 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
     # prompts and rows in flight fit, before any work (a `tiny` not built yet: once it is)
     unchecked = not resume and not check_run_memory(cfg)
+    if not resume and not unchecked:      # the update's peak too (a default micro-batch may shrink)
+        cfg = check_update_memory(cfg, log=log)
     if CONTROLLERS.get(cfg.algo.controller).forks:   # a user env that cannot fork: before loading
         require_fork(cfg.env, f"method {cfg.method}")
     require_determinism(cfg.env, log)     # a user env: same seed, same actions -> same results
@@ -226,6 +228,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
     rt = comm.first(lambda: initial_runtime(cfg, log))
     if unchecked:                         # the `tiny` build now exists to read
         check_run_memory(cfg)
+        cfg = check_update_memory(cfg, log=log)
     learner = build_learner(cfg, rt.model, comm, rt.model_path, log)
     run = Run(cfg, out, comm, log, rt, learner,
               open_rollouts(rt, learner.critic, out, log),

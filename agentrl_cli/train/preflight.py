@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Callable
 from pathlib import Path
 
 from ..config import RunConfig, load, load_saved
@@ -313,3 +314,142 @@ def check_run_memory(cfg: RunConfig) -> bool:
     rows = cfg.rollout.batch_size * (2 if cfg.algo.controller == "focus" else 1)
     checked = check_rollout_memory(cfg, rows, "train")
     return check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", cfg.train.eval_tasks) and checked
+
+
+# ------------------------------------------------------------------ what an update allocates
+GIB = 2**30
+
+
+def _shape(model: dict) -> dict[str, int]:
+    """The sizes of a decoder's config.json that its memory follows."""
+    heads = int(model.get("num_attention_heads") or 1)
+    h = int(model.get("hidden_size") or model.get("n_embd") or 1)
+    hd = int(model.get("head_dim") or h // heads)
+    return {"h": h, "layers": int(model.get("num_hidden_layers") or model.get("n_layer") or 1),
+            "q": heads * hd, "kv": int(model.get("num_key_value_heads") or heads) * hd,
+            "i": int(model.get("intermediate_size") or 4 * h),
+            "vocab": int(model.get("vocab_size") or 1),
+            "tied": bool(model.get("tie_word_embeddings", True))}
+
+
+def parameter_count(model: dict) -> tuple[int, int]:
+    """(all parameters, the LoRA-adaptable projections' (in + out) summed over one layer) of a
+    Llama/Qwen-shaped decoder: embeddings (and an untied LM head), per layer q/k/v/o and
+    gate/up/down projections and their norms."""
+    s = _shape(model)
+    h, q, kv, i = s["h"], s["q"], s["kv"], s["i"]
+    layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * (q // max(1, int(
+        model.get("num_attention_heads") or 1)))
+    embed = s["vocab"] * h * (1 if s["tied"] else 2)
+    sides = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+    return embed + s["layers"] * layer + h, sides
+
+
+# Floats autograd keeps per token and layer of a decoder layer in train mode, by width: the
+# two RMSNorms' inputs and outputs (4 x hidden), q's projection, norm, rotation and its
+# GQA-expanded K/V copies and the attention output (6 x q width), k's projection, norm and
+# rotation and v (4 x kv width), and the MLP's gate, SiLU, up and product (4 x intermediate).
+ACT_PER_TOKEN = {"h": 4, "q": 6, "kv": 4, "i": 4}
+LOGIT_COPIES = 3      # a log-prob chunk's logits, their softmax and its gradient (float32)
+
+
+def update_bytes(model: dict, tokens: int, policy_tokens: int, chunk: int, dtype_bytes: int,
+                 lora_rank: int = 0, checkpointing: bool = False, reference: bool = False,
+                 tree_mask: bool = False) -> dict[str, int]:
+    """The update's peak by part, in bytes, for one micro-batch of `tokens` tokens
+    (`policy_tokens` of them policy tokens, which alone reach the LM head) of a model with
+    config.json `model`:
+    - weights: parameters x dtype bytes (twice with a frozen reference copy);
+    - optimiser: gradients + AdamW's two moments of the trainable parameters (all of them, or
+      with `lora_rank` the adapters: rank x (in + out) of each projection, and their weights);
+    - activations: tokens x layers x (ACT_PER_TOKEN's floats) x dtype bytes; with
+      `checkpointing` each layer keeps its input only, and one layer's activations exist at a
+      time in its recomputation;
+    - lm_head: one log-prob chunk's logits (min(chunk, policy tokens) x vocabulary, float32,
+      LOGIT_COPIES of them);
+    - tree_mask: tree packing's dense tokens x tokens mask (as booleans and as the additive
+      float mask attention reads).
+    The attention itself keeps no tokens x tokens scores: torch's CPU and CUDA kernels for
+    sdpa are fused (benchmarks/bench_update_memory.py measures the total)."""
+    s = _shape(model)
+    n_params, sides = parameter_count(model)
+    trainable = lora_rank * sides * s["layers"] if lora_rank > 0 else n_params
+    per_layer = sum(ACT_PER_TOKEN[k] * s[k] for k in ACT_PER_TOKEN) * dtype_bytes
+    act = (tokens * (s["layers"] * s["h"] * dtype_bytes + per_layer) if checkpointing
+           else tokens * s["layers"] * per_layer)
+    n_chunk = min(chunk or policy_tokens, policy_tokens)
+    return {"weights": n_params * dtype_bytes * (2 if reference else 1)
+            + (trainable * dtype_bytes if lora_rank > 0 else 0),
+            "optimiser": 3 * trainable * dtype_bytes,
+            "activations": act,
+            "lm_head": n_chunk * s["vocab"] * 4 * LOGIT_COPIES,
+            "tree_mask": tokens * tokens * (1 + dtype_bytes) if tree_mask else 0}
+
+
+def _model_json(cfg: RunConfig) -> dict | None:
+    """The policy's config.json (its text model's), or None where there is no local one yet."""
+    import json
+
+    from ..models.loading import model_path
+
+    try:
+        model = json.loads((Path(model_path(cfg)) / "config.json").read_text())
+    except (ConfigError, OSError, ValueError):
+        return None
+    return model.get("text_config", model) if isinstance(model, dict) else None
+
+
+def update_parts(cfg: RunConfig, model: dict, tokens: int) -> dict[str, int]:
+    """`update_bytes` for this run at micro-batches of `tokens` tokens (all of them counted as
+    policy tokens: the LM head's chunk is then whole)."""
+    from ..methods import METHODS
+    from .learner import TREE_PACK_MAX_TOKENS
+
+    reference = METHODS.get(cfg.method).reference or cfg.algo.kl_coef > 0
+    return update_bytes(model, tokens, tokens, cfg.train.logprob_chunk, _DTYPE_BYTES[cfg.model.dtype],
+                        cfg.model.lora_rank, cfg.model.gradient_checkpointing, reference,
+                        cfg.train.tree_pack and tokens <= TREE_PACK_MAX_TOKENS)
+
+
+MIN_MICROBATCH = 256     # the smallest micro-batch a default is lowered to
+
+
+def check_update_memory(cfg: RunConfig, available: int | None = None,
+                        log: Callable[[str], None] = print) -> RunConfig:
+    """Before any rollout: the update's peak (`update_parts` at `train.max_tokens_per_microbatch`)
+    fits in the available memory (the host's, for a model on the CPU). Where it does not and the
+    micro-batch is at its default, the largest halving of it that fits is taken, and said;
+    otherwise one ConfigError line naming the keys that lower the peak. Returns the config the
+    run goes on with."""
+    import dataclasses
+
+    from ..config.schema import TrainConfig
+    from ..models.loading import resolve_device
+
+    model = _model_json(cfg)
+    if model is None or resolve_device(cfg.model.device).type != "cpu":
+        return cfg
+    available = available_memory() if available is None else available
+    if available is None:
+        return cfg
+    tokens = cfg.train.max_tokens_per_microbatch
+    parts = update_parts(cfg, model, tokens)
+    if sum(parts.values()) <= available:
+        return cfg
+    default = TrainConfig().max_tokens_per_microbatch
+    fit = next((t for t in (tokens >> k for k in range(1, 16)) if t >= MIN_MICROBATCH
+                and sum(update_parts(cfg, model, t).values()) <= available), None)
+    gib = lambda b: f"{b / GIB:,.1f} GiB"  # noqa: E731
+    if tokens == default and fit is not None:
+        log(f"train.max_tokens_per_microbatch={fit}: at the default {tokens:,} the update would "
+            f"need about {gib(sum(parts.values()))}, above the {gib(available)} available")
+        return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_tokens_per_microbatch=fit))
+    keys = ["lower train.max_tokens_per_microbatch" + (f" (to {fit:,})" if fit else "")]
+    if not cfg.model.gradient_checkpointing:
+        keys.append("set model.gradient_checkpointing=true")
+    if cfg.model.lora_rank == 0 and parts["optimiser"] > available // 2:
+        keys.append("train adapters (model.lora_rank)")
+    what = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in parts.items() if v)
+    raise ConfigError(f"the update would need about {gib(sum(parts.values()))} ({what}; "
+                      f"train.max_tokens_per_microbatch={tokens:,}), above the {gib(available)} "
+                      f"available: {' or '.join(keys)}")
