@@ -161,3 +161,24 @@ def test_tuning_runs_end_to_end_on_the_micro_model(tmp_path):
         run = json.loads((out / "cells" / m / "seed-0" / "config.json").read_text())
         assert run["train"]["lr"] == float(pick["values"]["train.lr"])
         assert (out / "tune" / "cells" / f"{m}_lr=1e-4" / "seed-100" / "summary.json").is_file()
+
+
+def test_a_failed_tuning_run_leaves_no_pick_and_runs_no_verdict_cell(tmp_path, monkeypatch):
+    calls = []
+    fake = _fake_train(calls)
+
+    def failing(sweep, cell, seed, log=lambda s: None, probe=None):
+        if cell.name == "focus_lr=1e-3_focus_norm=none" and seed == 101:
+            calls.append(("failed", None))
+            raise RuntimeError("planted failure")
+        return fake(sweep, cell, seed, log, probe)
+
+    monkeypatch.setattr(AR, "_train_here", failing)
+    out = tmp_path / "sw"
+    r = runner.invoke(app, _args(out))
+    assert r.exit_code == 1
+    assert "planted failure" in r.output
+    rec = json.loads((out / "tuning.json").read_text())
+    assert rec["methods"]["focus"]["pick"] is None
+    assert all(p.startswith("tune/") for p, _ in calls if p != "failed")
+    assert not (out / "cells").exists()
