@@ -27,15 +27,21 @@ Modules: `ablate.plan` (axes, cells, presets, the sweep and its plan), `ablate.b
 matched budget of a sweep), `ablate.run` (rerun checks, running the cells here or as
 subprocesses), `ablate.aggregate` (per-cell results, summary.json and summary.csv),
 `ablate.reads` (which keys a method reads, from what its parts declare where they register),
-`ablate.command` (`agentrl ablate`'s library function); the table and figures are
+`ablate.tune` (the tuning stage, `--tune`: each method's grid on exploration seeds, the
+mean-of-checks pick), `ablate.command` (`agentrl ablate`'s library function); the table and figures are
 `reporting.ablation`'s.
 
 Presets (`plan.PRESETS`): the papers' named ablations: FOCUS refinement rollouts on/off,
 compaction vs workspace, free vs structured compaction; MPO turn vs token ratio; TRACE K = 3
 vs 0.
 
+Tuning (`--tune`, `ablate.tune`): before the cells run, every method runs the same number of
+points of its own grid on exploration seeds (100 and up, never verdict seeds); each method's
+cells then run at its point with the highest mean of held-out checks.
+
 Reported per cell (mean ± sample std over its finished seeds): the final held-out success, the
-tokens generated in training, and generated tokens per held-out question, in one table
+tokens generated in training, the tasks a step learnt from, the share of mixed-outcome groups,
+generated tokens per held-out question and the method's tuned values, in one table
 (`summary.csv`, `summary.json`), plus `learning_curves.png` (held-out success vs step) and
 `final_vs_param.png` (final success vs each swept value).
 """

@@ -1,5 +1,6 @@
 """A sweep's results: per cell, the mean and sample std over its finished seeds of the final
-held-out success, tokens generated and tokens per held-out question (`collect`), written as
+held-out success, tokens generated and tokens per held-out question, the mean tasks a step
+learnt from and share of mixed-outcome groups, and the method's tuned values (`collect`), written as
 summary.json, summary.csv and the figures of `reporting.ablation` (`write_results`)."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from ..reporting.ablation import plot_curves, plot_final_vs_param
+from ..reporting.ablation import plot_curves, plot_final_vs_param, tuned_label
 from ..train.run_folder import atomic_write_text
 from .plan import Sweep
 from .run import status
@@ -39,9 +40,13 @@ def collect(sweep: Sweep) -> dict:
             rows = read_metrics(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []
             runs.append({"seed": seed, "summary": s,
                          "curve": [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r],
-                         "tokens_per_step": [r["rollout/tokens"] for r in rows if "rollout/tokens" in r]})
+                         "tokens_per_step": [r["rollout/tokens"] for r in rows if "rollout/tokens" in r],
+                         "tasks": [r["rollout/tasks"] for r in rows if "rollout/tasks" in r],
+                         "mixed": [r["rollout/mixed_groups"] for r in rows
+                                   if "rollout/mixed_groups" in r]})
         envs |= {r["summary"].get("env") for r in runs}
         row = {"name": cell.name, "method": cell.method, "params": dict(cell.params),
+               "tuned": dict(cell.tuned),
                "seeds": [r["seed"] for r in runs], "dirs": [str(sweep.run_dir(cell, r["seed"])) for r in runs]}
         for key, src in (("final_success", "final_success"), ("tokens", "tokens_generated"),
                          ("tokens_per_question", "final_tokens_per_question"),
@@ -51,6 +56,11 @@ def collect(sweep: Sweep) -> dict:
             row[f"{key}_mean"], row[f"{key}_std"] = _mean_std(vals)
         tps = [t for r in runs for t in r["tokens_per_step"]]
         row["tokens_per_step_mean"] = sum(tps) / len(tps) if tps else None
+        # distinct tasks a step learnt from, and the share of a step's groups (a GRPO group, a
+        # task's tree) with mixed outcomes, over every step of every finished seed
+        for key, src in (("tasks_per_step_mean", "tasks"), ("mixed_groups_mean", "mixed")):
+            xs = [t for r in runs for t in r[src]]
+            row[key] = sum(xs) / len(xs) if xs else None
         row["curves"] = [r["curve"] for r in runs]
         cells.append(row)
     done = [c for c in cells if c["final_success_mean"] is not None]
@@ -66,7 +76,8 @@ def write_results(res: dict, out: Path) -> None:
     top = max((c["final_success_mean"] for c in res["cells"] if c["final_success_mean"] is not None),
               default=None)
     cols = ["cell", "method", *res["axes"], "seeds", "final_success_mean", "final_success_std",
-            "tokens_mean", "tokens_std", "tokens_per_step_mean", "tokens_per_question_mean",
+            "tokens_mean", "tokens_std", "tokens_per_step_mean", "tasks_per_step_mean",
+            "mixed_groups_mean", "tuned", "tokens_per_question_mean",
             "tokens_per_question_std", "base_success_mean", "best"]
     table = io.StringIO(newline="")
     w = csv.writer(table)
@@ -75,6 +86,7 @@ def write_results(res: dict, out: Path) -> None:
         w.writerow([c["name"], c["method"], *[c["params"].get(a, "") for a in res["axes"]],
                     len(c["seeds"]), c["final_success_mean"], c["final_success_std"],
                     c["tokens_mean"], c["tokens_std"], c["tokens_per_step_mean"],
+                    c["tasks_per_step_mean"], c["mixed_groups_mean"], tuned_label(c),
                     c["tokens_per_question_mean"], c["tokens_per_question_std"],
                     c["base_success_mean"],
                     top is not None and c["final_success_mean"] == top])

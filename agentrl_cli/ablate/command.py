@@ -23,9 +23,10 @@ from ..methods import METHODS
 from ..train.preflight import check_eval_tasks, load_checked
 from .aggregate import collect, write_results
 from .budget import sweep_budget
-from .plan import PRESETS, Axis, Sweep, plan, plan_lines, record, warmup_warnings
+from .plan import PRESETS, Axis, Sweep, plan, plan_lines, record, values, warmup_warnings
 from .reads import check_sweep, default_methods
 from .run import check_rerun, earlier_cells, run_sweep
+from .tune import Tuning, check_tuning, parse_tune, picks, run_tuning, tuned_cells, tuning_sweep
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Request:
     sets: list[str] = field(default_factory=list)
     seed: int | None = None
     arms: str | None = None               # comma list of a preset's arms (default: all)
+    tune: list[str] = field(default_factory=list)      # [METHOD:]key=v1,v2 (repeatable)
+    tune_seeds: int = 1                   # exploration seeds of each tuning point (100, 101, ...)
 
 
 @dataclass
@@ -58,6 +61,7 @@ class Outcome:
     sweep: Sweep
     summary: dict                         # `aggregate.collect`'s per-cell results
     failed: list                          # (cell, seed, why) of the runs that failed
+    tuning: dict | None = None            # the tuning stage's record (`ablate.tune.record`)
 
 
 class Interrupted(Exception):
@@ -66,18 +70,6 @@ class Interrupted(Exception):
     def __init__(self, command: str):
         super().__init__(command)
         self.command = command
-
-
-def values(text: str, what: str) -> list[str]:
-    """`0,0.5,1` -> ['0', '0.5', '1']; no values, or an empty item (`1,,2`, `1,2,`), is a
-    one-line error (a value silently dropped would leave a cell out of the sweep)."""
-    vals = [v.strip() for v in text.split(",")]
-    if not any(vals):
-        raise ConfigError(f"{what} needs comma-separated values, got '{text}'")
-    if not all(vals):
-        raise ConfigError(f"{what} '{text}' has an empty item (value {vals.index('') + 1}): "
-                          "give comma-separated values, e.g. 0,0.5,1")
-    return vals
 
 
 def env_sets(env: str | None, benchmark: str | None) -> list[str]:
@@ -195,6 +187,10 @@ def resume_command(req: Request, methods: list[str], axes: list[Axis], base_sets
         args += ["--budget", str(budget)]
     if req.jobs > 1:
         args += ["--jobs", str(req.jobs)]
+    for t in req.tune:
+        args += ["--tune", t]
+    if req.tune:
+        args += ["--tune-seeds", str(req.tune_seeds)]
     if req.config:
         args += ["--config", str(req.config)]
     for s in base_sets:
@@ -203,9 +199,11 @@ def resume_command(req: Request, methods: list[str], axes: list[Axis], base_sets
 
 
 def prepare(req: Request, log: Callable[[str], None]) -> tuple[Sweep, RunConfig, list[Axis],
-                                                                list[RunConfig], Callable]:
-    """Every check before any work: what is swept, the base and every cell's config, the output
-    folder. -> (sweep, base config, axes, cell configs, resume(budget) -> command)."""
+                                                                list[RunConfig], Callable,
+                                                                Tuning | None]:
+    """Every check before any work: what is swept and tuned, the base and every cell's and
+    tuning point's config, the output folder. -> (sweep, base config, axes, cell configs,
+    resume(budget) -> command, the tuning stage or None)."""
     from ..envs.base import check_tiny_env
     from ..train.run_folder import check_output_dir
 
@@ -224,21 +222,33 @@ def prepare(req: Request, log: Callable[[str], None]) -> tuple[Sweep, RunConfig,
     sweep = Sweep(out, plan(methods, axes, arms), [base.seed + i for i in range(req.seeds)],
                   str(req.config) if req.config else None, base_sets)
     configs = cell_configs(sweep)        # a bad value: exit 2 here, before --out is made
+    tuning = parse_tune(req.tune, methods, fixed, req.tune_seeds)
+    if tuning is not None:
+        check_tuning(tuning, axes, sweep.seeds)
+        cell_configs(tuning_sweep(sweep, tuning))    # every tuning point's values, checked
     check_output_dir(out)                # a file or an unwritable place: before any run
     for w in warmup_warnings(configs):
         log(f"[yellow]warning[/]: {w}")
     return sweep, base, axes, configs, lambda b: resume_command(req, methods, axes, base_sets,
-                                                                 out, b)
+                                                                 out, b), tuning
 
 
 def ablate(req: Request, log: Callable[[str], None] = print) -> Outcome:
-    """Check, take the matched budget, record and print the plan, run every cell and seed, and
-    write the results (module docstring)."""
-    sweep, base, axes, configs, resume = prepare(req, log)
-    command = resume(req.budget)
+    """Check, take the matched budget, tune each method (with `--tune`), record and print the
+    plan, run every cell and seed at its method's pick, and write the results (module
+    docstring)."""
+    sweep, base, axes, configs, resume, tuning = prepare(req, log)
+    command, rec = resume(req.budget), None
     try:
         sweep.budget = sweep_budget(sweep.out, base, req.budget, log)
         command = resume(sweep.budget)
+        if tuning is not None:
+            rec, failed = run_tuning(sweep, tuning, req.jobs, log, run_sweep)
+            chosen = picks(rec)
+            if chosen is None:           # a tuning run failed: no pick, no verdict runs
+                return Outcome(sweep, _results(sweep, rec), failed, rec)
+            sweep.cells = tuned_cells(sweep.cells, chosen)
+            configs = cell_configs(sweep)
         check_rerun(sweep)                # before ablation.json or any run is rewritten
         whole = dataclasses.replace(sweep, cells=sweep.cells + earlier_cells(sweep, log))
         record(whole, axes, req.preset)
@@ -247,6 +257,13 @@ def ablate(req: Request, log: Callable[[str], None] = print) -> Outcome:
         res = run_sweep(sweep, jobs=req.jobs, log=log)
     except KeyboardInterrupt:
         raise Interrupted(command) from None
-    summary = collect(whole)
+    return Outcome(whole, _results(whole, rec), res["failed"], rec)
+
+
+def _results(sweep: Sweep, tuning: dict | None) -> dict:
+    """The sweep's summary (`aggregate.collect`, with the tuning record), written to its folder."""
+    summary = collect(sweep)
+    if tuning is not None:
+        summary["tuning"] = tuning
     write_results(summary, sweep.out)
-    return Outcome(whole, summary, res["failed"])
+    return summary

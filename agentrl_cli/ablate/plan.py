@@ -34,6 +34,8 @@ class Cell:
     method: str
     params: dict = field(default_factory=dict, hash=False)   # axis name -> label
     sets: tuple[str, ...] = ()
+    # the method's tuned values (key -> value) its sets start with (`ablate.tune`); {}: untuned
+    tuned: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,18 @@ PRESETS.register("allocation", Preset(
     "(entropy branching), focus-contrast (no credit from a tree without outcome contrast), "
     "tree_grpo; run it on an allocation-* benchmark",
     tuple(dict.fromkeys(a.method for a in ALLOCATION_ARMS)), lambda cfg: [], ALLOCATION_ARMS))
+
+
+def values(text: str, what: str) -> list[str]:
+    """`0,0.5,1` -> ['0', '0.5', '1']; no values, or an empty item (`1,,2`, `1,2,`), is a
+    one-line error (a value silently dropped would leave a cell out of the sweep)."""
+    vals = [v.strip() for v in text.split(",")]
+    if not any(vals):
+        raise ConfigError(f"{what} needs comma-separated values, got '{text}'")
+    if not all(vals):
+        raise ConfigError(f"{what} '{text}' has an empty item (value {vals.index('') + 1}): "
+                          "give comma-separated values, e.g. 0,0.5,1")
+    return vals
 
 
 def short(key: str, keys: list[str]) -> str:

@@ -68,8 +68,8 @@ def earlier_cells(sweep: Sweep, log: Callable[[str], None] = print) -> list[Cell
 
     try:
         data = json.loads((sweep.out / "ablation.json").read_text(encoding="utf-8"))
-        cells = [Cell(c["name"], c["method"], dict(c.get("params") or {}), tuple(c.get("sets") or ()))
-                 for c in data["cells"]]
+        cells = [Cell(c["name"], c["method"], dict(c.get("params") or {}), tuple(c.get("sets") or ()),
+                      dict(c.get("tuned") or {})) for c in data["cells"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
     names, kept = {c.name for c in sweep.cells}, []

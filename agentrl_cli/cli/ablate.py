@@ -25,6 +25,8 @@ def ablate_cmd(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Runs in parallel (subprocesses); 1 runs them here, one by one.", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default runs/ablate-<time>); rerun with the same folder to resume.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Shortcut for --set train.steps=N.")] = None,
+    tune: Annotated[Optional[list[str]], typer.Option("--tune", help="Tune before the sweep: [METHOD:]key=v1,v2 (repeatable); each method runs its grid (the --tune keys it reads, the same number of points for every method) on exploration seeds 100, 101, ... and its cells run at the point with the highest mean of held-out checks.")] = None,
+    tune_seeds: Annotated[int, typer.Option("--tune-seeds", help="Exploration seeds per tuning point (100, 101, ...).", min=1)] = 1,
     benchmark: BenchmarkOpt = None,
     env: EnvOpt = None,
     config: ConfigOpt = None,
@@ -33,12 +35,13 @@ def ablate_cmd(
 ):
     """Sweep config keys, methods and seeds: one `agentrl train` run per cell and seed; a rerun skips finished runs. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""  # noqa: E501
     from ..ablate.command import Interrupted, Request, ablate
-    from ..reporting.ablation import summary_table
+    from ..reporting.ablation import summary_table, tuning_table
 
     console = Console()
     log = lambda s: console.print(s, highlight=False)  # noqa: E731
     req = Request(method, beta, kappa, lam, list(grid or []), preset, seeds, budget, jobs, out,
-                  steps, benchmark, env, config, list(set_ or []), seed, arms)
+                  steps, benchmark, env, config, list(set_ or []), seed, arms,
+                  tune=list(tune or []), tune_seeds=tune_seeds)
     try:
         res = ablate(req, log)
     except Interrupted as e:
@@ -46,9 +49,11 @@ def ablate_cmd(
               f"Resume with: {e.command}", file=sys.stderr)
         raise typer.Exit(130)
     out = res.sweep.out
+    if res.tuning is not None:
+        console.print(tuning_table(res.tuning))
     console.print(summary_table(res.summary))
     log(f"results: {out / 'summary.csv'} · {out / 'summary.json'} · {out / 'learning_curves.png'} · "
-        f"{out / 'final_vs_param.png'}")
+        f"{out / 'final_vs_param.png'}" + (f" · {out / 'tuning.json'}" if res.tuning else ""))
     for name, s, why in res.failed:
         log(f"[red]failed[/] {name} seed {s}: {why}")
     if res.failed:

@@ -104,6 +104,8 @@ class RolloutConfig:
     """Generated tokens per step, extra continuations included, averaged over the run (0: no cap): each step's limit is this plus what earlier steps left unspent, less what they overspent (docs/methods.md, budgets); the same for every controller (a linear step whose tasks fall short draws more training tasks)."""
     budget_match: bool = False
     """With budget_tokens 0: cap each step at what a linear (GRPO) step of the base policy generates, measured at step 0 on step 1's tasks (tasks_per_step x group_size episodes; agentrl ablate measures the same) and kept on resume (the focus recipe sets it)."""
+    focus_tasks: str = "tasks_per_step"
+    """Distinct tasks a tree (FOCUS) step grows trees on: `tasks_per_step`, or `match`: as many as one linear (GRPO) step of the base policy draws under the run's budget (it draws fresh tasks until the budget is spent), measured at step 0 as the budget is and kept on resume; roots (algo.focus_roots per task) and continuations share the rest of the budget. Other controllers ignore it."""
     workers: int = 0
     """Ray rollout workers, each with its own engine and envs (0: generate in the trainer process). May change on --resume."""
     ray_address: str = ""

@@ -50,6 +50,7 @@ _CHOICES = {
     "algo.focus_evidence": ("own", "subtree"),
     "algo.focus_critic": ("learned", "cold", "pretrained", "oracle"),
     "algo.focus_norm": ("tree", "contrast", "none"),
+    "rollout.focus_tasks": ("tasks_per_step", "match"),
     "algo.focus_critic_targets": ("nodes", "tokens"),
     "algo.focus_critic_backup": ("refined", "evidence"),
     "algo.focus_return": ("path", "subtree"),

@@ -90,6 +90,12 @@ def plot_final_vs_param(res: dict, png: Path) -> None:
     plots.save(fig, png)
 
 
+def tuned_label(cell: dict) -> str:
+    """A cell's tuned values, `lr=0.0005 focus_norm=contrast` (last part of each key); "" when
+    its method was not tuned."""
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in (cell.get("tuned") or {}).items())
+
+
 def summary_table(res: dict):
     """One row per cell: mean ± std over seeds of the final held-out success, the tokens
     generated in training, per step and per held-out question (the best success in bold green).
@@ -101,20 +107,51 @@ def summary_table(res: dict):
 
     t = Table(title=f"ablation {res['out']}: budget {res['budget_tokens']} tokens/step, "
                     f"seeds {','.join(map(str, res['seeds']))}")
+    tuned = any(c.get("tuned") for c in res["cells"])
     t.add_column("cell", no_wrap=True)
-    for c in ("held-out success", "tokens", "tok/step", "tok/question"):
+    if tuned:
+        t.add_column("tuned (picked)")
+    for c in ("held-out success", "tokens", "tok/step", "tasks/step", "mixed", "tok/question"):
         t.add_column(c, justify="right")
     top = max((c["final_success_mean"] for c in res["cells"] if c["final_success_mean"] is not None),
               default=None)
     for c in res["cells"]:
         best = top is not None and c["final_success_mean"] == top
         n = len(c["seeds"])
-        t.add_row(c["name"], pm(c["final_success_mean"], c["final_success_std"], ".3f")
+        t.add_row(c["name"], *([tuned_label(c) or "–"] if tuned else []),
+                  pm(c["final_success_mean"], c["final_success_std"], ".3f")
                   + (f" (n={n})" if n < len(res["seeds"]) else ""),
                   pm(c["tokens_mean"], c["tokens_std"], ".0f"),
-                  "–" if c["tokens_per_step_mean"] is None else f"{c['tokens_per_step_mean']:.0f}",
+                  _one(c.get("tokens_per_step_mean"), ".0f"),
+                  _one(c.get("tasks_per_step_mean"), ".1f"),
+                  _one(c.get("mixed_groups_mean"), ".2f"),
                   pm(c["tokens_per_question_mean"], c["tokens_per_question_std"], ".1f"),
                   style="bold green" if best else None)
-    t.caption = ("mean±std over seeds; tokens: generated in training; best held-out success in "
-                 "bold green; per-value columns in summary.csv")
+    t.caption = ("mean±std over seeds; tokens: generated in training; tasks/step: distinct tasks "
+                 "a step learnt from; mixed: share of a step's groups (trees) with mixed outcomes; "
+                 "best held-out success in bold green; per-value columns in summary.csv"
+                 + ("; tuned: each method's pick of the tuning stage (tuning.json)" if tuned else ""))
+    return t
+
+
+def _one(x, fmt: str) -> str:
+    return "–" if x is None else f"{x:{fmt}}"
+
+
+def tuning_table(rec: dict):
+    """The tuning stage: one row per (method, point) with its tuning runs' mean of checks per
+    seed and its score; each method's pick in bold."""
+    from rich.table import Table
+
+    t = Table(title=f"tuning: {rec['runs_per_method']} run(s) per method on seeds "
+                    f"{','.join(map(str, rec['seeds']))}, picked by the mean of checks")
+    for col in ("method", "point", "mean of checks per seed", "score"):
+        t.add_column(col, justify="right" if col == "score" else "left")
+    for m, d in rec["methods"].items():
+        for p in d["points"]:
+            picked = d["pick"] is not None and d["pick"]["values"] == p["values"]
+            t.add_row(m, " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in p["values"].items())
+                      or "(defaults)",
+                      " ".join("–" if v is None else f"{v:.3f}" for v in p["mean_of_checks"].values())
+                      or "–", _one(p["score"], ".3f"), style="bold" if picked else None)
     return t

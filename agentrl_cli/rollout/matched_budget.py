@@ -1,7 +1,8 @@
 """The matched generation budget (docs/methods.md, "Budget"; docs/architecture.md):
 what one linear (GRPO-style) step generates, measured once with the initial policy.
 
-`resolve_budget` is the one rule that picks a run's budget, `matched_budget` the one measurement. The trainer takes it on step 1's tasks at step 0
+`resolve_budget` is the one rule that picks a run's budget, `matched_budget` the one measurement,
+`matched_tasks` the distinct tasks a linear step draws under that budget (`rollout.focus_tasks=match`). The trainer takes it on step 1's tasks at step 0
 (`rollout.budget_match`, `train.loop.linear_step_tokens`), `agentrl ablate` takes the same one
 for every cell of a sweep, and `agentrl rollout --method focus` takes it on the tasks its trees
 grow on (`train.rollout_command.collect_trees`, sampling one episode per task).
@@ -13,6 +14,7 @@ from typing import Callable
 import torch
 
 from ..envs.base import Task
+from .controllers import rollout_context, run_groups
 from .runner import run_episodes
 from .runtime import Runtime
 
@@ -49,3 +51,15 @@ def matched_budget(rt: Runtime, tasks: list[Task], group_size: int, seed: int,
     if sampled_per_task is None:
         return tokens
     return max(1, round(len(tasks) * group_size * (tokens / max(1, len(eps)))))
+
+
+def matched_tasks(rt: Runtime, tasks: list[Task], budget: int, seed: int) -> int:
+    """Distinct tasks one linear (GRPO) step of `rt`'s policy draws under `budget` generated
+    tokens, starting from `tasks` (step 1's) and drawing fresh training tasks while the budget
+    still affords a group, as the linear controller does (generator seeded with `seed`).
+    Without a budget (0) a linear step runs `tasks` only."""
+    if budget <= 0:
+        return len(tasks)
+    ctx = rollout_context(rt, torch.Generator().manual_seed(seed), budget=budget)
+    eps = run_groups(ctx, list(tasks), extend=True)
+    return len({e.task_id for e in eps})

@@ -31,7 +31,7 @@ from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
 from ..reporting.plots import env_label, learning_curve
 from ..rollout.controllers import CONTROLLERS, rollout_context
-from ..rollout.matched_budget import matched_budget, resolve_budget
+from ..rollout.matched_budget import matched_budget, matched_tasks, resolve_budget
 from ..rollout.rewards import reward_metrics
 from ..rollout.rollouts import Rollouts, open_rollouts
 from ..rollout.runtime import Runtime, build_runtime
@@ -85,6 +85,32 @@ def linear_step_tokens(rt: Runtime) -> int:
     cfg = rt.cfg
     tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step, cfg.env.name).for_step(1)
     return matched_budget(rt, tasks, cfg.rollout.group_size, step_seed(cfg.seed, 1))
+
+
+def linear_step_tasks(rt: Runtime, budget: int) -> int:
+    """The distinct tasks one linear step of `rt`'s current (initial) policy draws under
+    `budget`, from step 1's tasks with step 1's seed (`rollout.matched_budget.matched_tasks`):
+    the task count of `rollout.focus_tasks=match`."""
+    cfg = rt.cfg
+    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
+    return matched_tasks(rt, tasks, budget, step_seed(cfg.seed, 1))
+
+
+def match_tasks(run: "Run") -> None:
+    """`rollout.focus_tasks=match` on a tree controller: the run's steps draw as many tasks as a
+    linear step of the base policy draws under the run's budget, measured once at step 0 (after
+    the budget) and kept in the checkpoints with the base check (`run.base["matched_tasks"]`),
+    so a resumed run keeps its count. Other controllers ignore the key."""
+    cfg = run.cfg
+    if cfg.rollout.focus_tasks != "match" or cfg.algo.controller != "focus":
+        return
+    if "matched_tasks" not in run.base:
+        run.base = {**run.base, "matched_tasks": run.comm.on_main(linear_step_tasks, run.rt,
+                                                                   run.budget)}
+    n = int(run.base["matched_tasks"])
+    run.sampler = TaskSampler(run.rt.spec.tasks("train"), cfg.seed, n)
+    run.log(f"tasks: {n} a step (rollout.focus_tasks=match: what a linear step of the base "
+            f"policy draws under the budget)")
 
 
 def initial_runtime(cfg: RunConfig, log: Callable[[str], None] = print) -> Runtime:
@@ -264,6 +290,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
     run.budget = step_budget(cfg, run.base)
     if run.budget != cfg.rollout.budget_tokens:
         log(f"budget: {run.budget} generated tokens per step (a linear step of the base policy)")
+    match_tasks(run)
     run.rollouts.sync(rt.model)           # the engine / workers start from the trainer's weights
     return run
 
@@ -339,7 +366,7 @@ def run_step(run: Run, step: int) -> dict:
     row = {
         "step": step,
         "reward/mean": float(batch.rewards.mean()),
-        "rollout/zero_spread_groups": zero_spread_groups(batch.rewards, batch.group_index),
+        **group_metrics(batch, eps),
         "success": sum(e.success for e in eps) / len(eps),
         "adv/mean": float(batch.advantages[mask].mean()) if mask.any() else 0.0,
         "adv/std": float(batch.advantages[mask].std()) if mask.sum() > 1 else 0.0,
@@ -361,7 +388,8 @@ def run_step(run: Run, step: int) -> dict:
         row["rollout/context_resets"] = sum(e.meta.get("context_resets", 0) for e in eps) / len(eps)
     if env_errors:
         row["env/first_exception"] = env_errors[0]
-    row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s", "env/exceptions"))  # others: mean over ranks
+    row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s", "env/exceptions",
+                                     "rollout/tasks"))  # others: mean over ranks
     run.tokens_total += row["rollout/tokens"]
     return row
 
@@ -376,6 +404,16 @@ def env_errors_within_rate(env, eps: list, step: int) -> list[str]:
                           f"{step} ended in an env error, above env.max_error_rate="
                           f"{env.max_error_rate:g}; the first: {errors[0]}")
     return errors
+
+
+def group_metrics(batch, eps: list) -> dict:
+    """A step's groups (a GRPO group, a task's tree): the share whose rewards are all equal
+    (`rollout/zero_spread_groups`), the share whose rewards differ (`rollout/mixed_groups`:
+    those with a learning signal) and the distinct tasks the step learnt from
+    (`rollout/tasks`)."""
+    flat = zero_spread_groups(batch.rewards, batch.group_index)
+    return {"rollout/zero_spread_groups": flat, "rollout/mixed_groups": 1.0 - flat,
+            "rollout/tasks": len({e.task_id for e in eps})}
 
 
 def zero_spread_groups(rewards: torch.Tensor, group_index: torch.Tensor) -> float:
@@ -454,6 +492,7 @@ def finish(run: Run, t_start: float) -> dict:
         "tokens_generated": run.tokens_total,
         "base_tokens_per_question": run.base["tokens_per_question"],
         "budget_tokens": run.budget,          # the step cap in force (0: none)
+        "tasks_per_step": run.sampler.per_step,   # distinct tasks a step starts from
         "final_tokens_per_question": run.last_eval["tokens_per_question"],
         "eval_tasks": len(run.eval_tasks), "eval_samples": cfg.train.eval_samples,
         "model_path": run.rt.model_path,
