@@ -7,5 +7,10 @@ from . import rules  # noqa: F401  (registers "rules")
 from . import allocation  # noqa: F401  (registers "allocation")
 from . import bfcl  # noqa: F401  (registers "bfcl-multi-turn-*"; bfcl-eval is imported on use)
 from . import benchmarks  # noqa: F401  (registers the data-backed benchmark envs)
+from . import remote
+
+for _scheme in remote.SCHEMES:   # `--env http://HOST:PORT`: an env served by `agentrl serve-env`
+    ENVS.add_scheme(_scheme, remote.connect)
+del _scheme
 
 __all__ = ["ENVS", "EnvSpec", "StepResult", "Task", "TextEnv"]

@@ -85,6 +85,19 @@ class EnvRegistry(plugins.PluginRegistry):
     def __init__(self, kind: str):
         super().__init__(kind, ENTRY_POINTS, "a user env: module:factory, path/to/file.py:factory",
                          lambda name, fn: UserEnvFactory(name, fn))
+        self.schemes: dict[str, Callable[[str], Callable[..., Any]]] = {}
+
+    def add_scheme(self, prefix: str, connect: Callable[..., Any]) -> None:
+        """Envs named `prefix...` (`http://HOST:PORT`): `connect(name, seed=0, **options)`
+        returns the spec, called as a user env's factory is (`UserEnvFactory`)."""
+        self.schemes[prefix] = connect
+
+    def get(self, name: str):
+        prefix = next((p for p in self.schemes if name.startswith(p)), None)
+        if prefix is None or name in self._user:
+            return super().get(name)
+        self._user[name] = UserEnvFactory(name, functools.partial(self.schemes[prefix], name))
+        return self._user[name]
 
     def names(self) -> list[str]:
         return sorted({*super().names(), *plugins.entry_points(ENTRY_POINTS)})
