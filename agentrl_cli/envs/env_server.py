@@ -21,6 +21,7 @@ import hashlib
 import json
 import pickle
 import random
+import socket
 import threading
 import uuid
 from collections import OrderedDict
@@ -90,6 +91,7 @@ class EnvServer:
         self.snapshots: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self.lock = threading.Lock()
         self.calls = 0
+        self.connections: set = set()    # open client sockets (closed with the server)
         make_env_spec(section)            # a spec that does not build: its one-line error now
 
     # ------------------------------------------------------------------ bookkeeping
@@ -247,7 +249,12 @@ class EnvServer:
                 raise self.not_held(episode_id)
             if request_id is not None and held.last_request == request_id:
                 return held.last_answer
-            answer = fn(payload, held)
+            try:
+                answer = fn(payload, held)
+            except BaseException:
+                if held.env is None:      # a start that failed holds nothing
+                    self.release([episode_id])
+                raise
             held.last_request, held.last_answer = request_id, answer
         return answer
 
@@ -279,6 +286,7 @@ def handler_for(server: EnvServer) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True   # headers and body leave at once (no delayed-ACK stall)
 
         def _reply(self, status: int, payload: dict) -> None:
             from .remote import dumps
@@ -302,6 +310,16 @@ def handler_for(server: EnvServer) -> type[BaseHTTPRequestHandler]:
             if not isinstance(payload, dict):
                 return self._reply(400, {"error": "the request body is not a JSON object"})
             self._reply(*server.answer(method, self.path, payload))
+
+        def setup(self) -> None:
+            super().setup()
+            with server.lock:
+                server.connections.add(self.connection)
+
+        def finish(self) -> None:
+            with server.lock:
+                server.connections.discard(self.connection)
+            super().finish()
 
         def do_GET(self) -> None:
             self._serve("GET")
@@ -328,3 +346,37 @@ def open_server(server: EnvServer, host: str = "127.0.0.1", port: int = 0) -> Th
 def url_of(httpd: ThreadingHTTPServer) -> str:
     host, port = httpd.server_address[:2]
     return f"http://{host}:{port}"
+
+
+class RunningServer:
+    """A server answering on a background thread (`serve_in_thread`): its `url`, its state
+    (`server`) and `close()`; a context manager."""
+
+    def __init__(self, server: EnvServer, httpd: ThreadingHTTPServer):
+        self.server, self.httpd, self.url = server, httpd, url_of(httpd)
+        self.thread = threading.Thread(target=httpd.serve_forever, name="agentrl-env-server",
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Stop answering: the listening socket and every open connection are closed."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+        with self.server.lock:
+            for sock in list(self.server.connections):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "RunningServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def serve_in_thread(server: EnvServer, host: str = "127.0.0.1", port: int = 0) -> RunningServer:
+    """`server` answering at `host:port` (0: a free port) on a daemon thread of this process."""
+    return RunningServer(server, open_server(server, host, port))

@@ -103,6 +103,8 @@ class Connection:
         if conn is None:
             cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
             conn = self._local.conn = cls(self.host, self.port, timeout=self.timeout_s)
+            conn.connect()
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
     def _drop(self) -> None:
