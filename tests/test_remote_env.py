@@ -27,6 +27,8 @@ from conftest import MICRO, set_args
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 SEARCH = config.load(sets=["env.max_turns=3"]).env     # the served env's section
+# a small world for training runs: the checks before a run reset every task once, over HTTP
+SMALL = ["env.n_train=16", "env.n_eval=4"]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ def test_training_steps_on_a_served_env(method, served, model_dir, tmp_path):
     out = tmp_path / method
     extra = ["algo.focus_roots=1"] if method == "focus" else []   # 1 root per task: it branches
     res = runner.invoke(app, ["train", "--method", method, "--env", url, "--model", model_dir,
-                              "--out", str(out), *set_args(["train.steps=2", *extra])])
+                              "--out", str(out), *set_args(["train.steps=2", *SMALL, *extra])])
     assert res.exit_code == 0, res.output
     rows = _steps(out)
     assert [r["step"] for r in rows] == [0, 1, 2] and all(r["rollout/tokens"] > 0 for r in rows[1:])
@@ -85,7 +87,7 @@ def test_ray_rollout_workers_train_on_a_served_env(served, model_dir, tmp_path):
     out = tmp_path / "ray"
     res = runner.invoke(app, ["train", "--method", "grpo", "--env", url, "--model", model_dir,
                               "--out", str(out), "--rollout-workers", "1",
-                              *set_args(["train.steps=1"])])
+                              *set_args(["train.steps=1", *SMALL])])
     assert res.exit_code == 0, res.output
     rows = _steps(out)
     assert [r["step"] for r in rows] == [0, 1] and rows[1]["rollout/tokens"] > 0
@@ -200,7 +202,7 @@ def test_an_option_the_served_env_does_not_take_is_one_line():
 
 def test_the_python_api_serves_and_trains(model_dir, tmp_path):
     with api.serve_env("search", sets={"env.max_turns": 3}) as running:
-        cfg = api.load_config(sets=[*MICRO, "train.steps=1"], method="grpo", env=running.url,
+        cfg = api.load_config(sets=[*MICRO, "train.steps=1", *SMALL], method="grpo", env=running.url,
                               model=model_dir)
         summary = api.train(cfg, tmp_path / "run", log=lambda s: None)
         assert running.server.calls > 0
