@@ -207,3 +207,76 @@ def test_the_python_api_serves_and_trains(model_dir, tmp_path):
         summary = api.train(cfg, tmp_path / "run", log=lambda s: None)
         assert running.server.calls > 0
     assert [r["step"] for r in _steps(Path(summary["out"]))] == [0, 1]
+
+
+CALLS_ENV = '''
+from agentrl_cli.envs import StepResult, Task
+from agentrl_cli.envs.tool_calls import function_tool
+
+
+class Env:
+    system_prompt = "call add(a, b)"
+
+    def reset(self, task):
+        self.calls = []
+        return task.prompt
+
+    def step(self, action):
+        return StepResult("text: " + action, 0.0, False, False, {})
+
+    def step_call(self, name, arguments):
+        self.calls.append((name, arguments))
+        return StepResult(f"{name}: {arguments['a'] + arguments['b']}", 0.0, False, False, {})
+
+    def snapshot(self):
+        return list(self.calls)
+
+    def restore(self, state):
+        self.calls = list(state)
+
+
+class Spec:
+    tool_schemas = [function_tool("add", "Adds.", a=("integer", "a"), b=("integer", "b"))]
+
+    def make(self):
+        return Env()
+
+    def tasks(self, split, n=None):
+        return [Task("t0", "add 2 and 3", "5")][:n]
+
+
+def make(seed=0):
+    return Spec()
+'''
+
+
+def test_json_tool_calls_reach_a_served_envs_step_call(tmp_path):
+    """Under a JSON tool format (model.tool_format=hermes) a call reaches the served env's
+    `step_call` with its arguments as JSON; a message without one reaches its `step`."""
+    from agentrl_cli.envs.tool_calls import tool_spec
+
+    (tmp_path / "calls_env.py").write_text(CALLS_ENV)
+    section = config.load(**{"env.name": f"{tmp_path / 'calls_env.py'}:make"}).env
+    with serve_in_thread(EnvServer(section)) as running:
+        spec = tool_spec(remote.connect(running.url), "hermes", running.url)
+        env = spec.make()
+        env.reset(spec.tasks("eval")[0])
+        res = env.step('<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>')
+        assert res.observation == "add: 5"
+        assert env.inner.snapshot() == env.inner.snapshot()   # the same server-side state twice
+
+
+def test_a_killed_server_process_is_one_line(monkeypatch):
+    monkeypatch.setattr(remote, "BACKOFF_S", 0.01)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl_cli.cli.main", "serve-env", "search",
+                             "--port", "0"], stdout=subprocess.PIPE, text=True, env=env)
+    url = proc.stdout.readline().split(" at ", 1)[1].split()[0]
+    spec = remote.connect(url, max_turns=3, remote_retries=1)
+    live = spec.make()
+    live.reset(spec.tasks("eval", 1)[0])
+    proc.kill()
+    proc.wait(timeout=10)
+    with pytest.raises(EnvContractError, match=r"^env 'http://127\.0\.0\.1:\d+': the env server is gone: "
+                                               r"POST /step failed 2 time\(s\) \(.*\); is `agentrl serve-env` still running"):
+        live.step("search(x)")

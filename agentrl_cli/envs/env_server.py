@@ -159,7 +159,8 @@ class EnvServer:
                 "reward_range": list(reward_range(spec)) if getattr(spec, "reward_range", None) else None,
                 "tool_schemas": getattr(spec, "tool_schemas", None),
                 "tools_system_prompt": getattr(spec, "tools_system_prompt", None),
-                "expert": callable(getattr(spec, "expert", None))}
+                "expert": callable(getattr(spec, "expert", None)),
+                "step_call": callable(getattr(env, "step_call", None))}
 
     def tasks(self, payload: dict) -> dict:
         served = self.served(payload.get("spec_id"))
@@ -202,9 +203,15 @@ class EnvServer:
 
     def step(self, payload: dict, held: Held) -> dict:
         action = payload.get("action")
-        if not isinstance(action, dict) or not isinstance(action.get("message"), str):
-            raise Refusal(400, "/step takes {\"episode_id\", \"request_id\", \"action\": {\"message\": str}}")
-        res = held.env.step(action["message"])
+        if isinstance(action, dict) and isinstance(action.get("tool"), str) \
+                and isinstance(action.get("arguments"), dict) and callable(getattr(held.env, "step_call", None)):
+            res = held.env.step_call(action["tool"], action["arguments"])
+        elif isinstance(action, dict) and isinstance(action.get("message"), str):
+            res = held.env.step(action["message"])
+        else:
+            raise Refusal(400, "/step takes {\"episode_id\", \"request_id\", \"action\": "
+                               "{\"message\": str} or, for an env with step_call, {\"tool\": str, "
+                               "\"arguments\": {...}}}")
         return {"observation": {"text": res.observation}, "reward": res.reward,
                 "done": bool(res.terminated or res.truncated), "terminated": res.terminated,
                 "truncated": res.truncated, "metadata": res.info}

@@ -191,6 +191,8 @@ class RemoteEnv:
         self._started = False
         self.system_prompt: str = spec.info.get("system_prompt", "")
         self.max_turns = spec.info.get("max_turns")
+        if spec.info.get("step_call"):   # the served env takes JSON tool calls (envs.tool_calls)
+            self.step_call = self._step_call
 
     def _call(self, path: str, **payload: Any) -> dict:
         payload.update(episode_id=self.episode_id, request_id=next(self._requests))
@@ -207,9 +209,15 @@ class RemoteEnv:
         return answer["observation"]["text"]
 
     def step(self, action: str) -> StepResult:
-        answer = self._call("/step", action={"message": action})
-        return StepResult(answer["observation"]["text"], answer["reward"],
-                          answer["terminated"], answer["truncated"], answer.get("metadata") or {})
+        return self._result(self._call("/step", action={"message": action}))
+
+    def _step_call(self, name: str, arguments: dict) -> StepResult:
+        return self._result(self._call("/step", action={"tool": name, "arguments": arguments}))
+
+    @staticmethod
+    def _result(answer: dict) -> StepResult:
+        return StepResult(answer["observation"]["text"], answer["reward"], answer["terminated"],
+                          answer["truncated"], answer.get("metadata") or {})
 
     def snapshot(self) -> RemoteSnapshot:
         answer = self._call("/snapshot")
