@@ -93,6 +93,16 @@ def test_ray_rollout_workers_train_on_a_served_env(served, model_dir, tmp_path):
     assert [r["step"] for r in rows] == [0, 1] and rows[1]["rollout/tokens"] > 0
 
 
+def test_check_env_passes_a_served_env(served):
+    """`agentrl check-env URL`: the protocol over HTTP, the fork check through handles and the
+    determinism check (a second spec from the same seed) included."""
+    url, _ = served
+    res = runner.invoke(app, ["check-env", url, *(a for s in ["env.max_turns=3", *SMALL] for a in ("--set", s))])
+    assert res.exit_code == 0, res.output
+    assert f"ok: env '{url}': 16 train / 4 eval tasks" in res.output
+    assert "snapshot/restore exact at" in res.output and "scripted expert: yes" in res.output
+
+
 def _play(spec, local, n: int = 2) -> list:
     """What `spec`'s envs see under the actions of `local`'s scripted expert (seeded) on the
     first `n` eval tasks: observations, rewards and ends, and a fork's replay from each state."""

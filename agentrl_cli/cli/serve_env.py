@@ -14,7 +14,7 @@ def serve_env_cmd(
     port: Annotated[int, typer.Option("--port", "-p", help="TCP port to listen on (0: a free one, printed).")] = 8765,
     host: Annotated[str, typer.Option("--host", help="Address to listen on: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface; the server has no authentication).")] = "127.0.0.1",
     max_episodes: Annotated[int, typer.Option("--max-episodes", help="Most envs held at once; the least recently used beyond it are released.")] = 4096,
-    max_snapshots: Annotated[int, typer.Option("--max-snapshots", help="Most snapshots held (FOCUS and VinePPO fork from them); the oldest beyond it are released.")] = 20000,
+    max_snapshots: Annotated[int, typer.Option("--max-snapshots", help="Most snapshots held (FOCUS and VinePPO fork from them); the least recently used beyond it are released.")] = 20000,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ):
