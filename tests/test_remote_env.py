@@ -62,7 +62,7 @@ def _steps(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method", ["grpo", "focus"])
+@pytest.mark.parametrize("method", ["grpo", "focus", "vineppo"])
 def test_training_steps_on_a_served_env(method, served, model_dir, tmp_path):
     url, _ = served
     before = _health(url)
@@ -75,9 +75,9 @@ def test_training_steps_on_a_served_env(method, served, model_dir, tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2] and all(r["rollout/tokens"] > 0 for r in rows[1:])
     assert json.loads((out / "config.json").read_text())["env"]["name"] == url
     after = _health(url)
-    if method == "focus":   # FOCUS forked through the server's snapshot handles
+    if method != "grpo":   # FOCUS and VinePPO forked through the server's snapshot handles
         assert after["snapshots"] > before["snapshots"]
-        assert sum(r.get("focus/continuations", 0) for r in rows) > 0
+        assert method == "vineppo" or sum(r.get("focus/continuations", 0) for r in rows) > 0
     assert after["episodes"] <= after["max_episodes"]
 
 
@@ -290,3 +290,21 @@ def test_a_killed_server_process_is_one_line(monkeypatch):
     with pytest.raises(EnvContractError, match=r"^env 'http://127\.0\.0\.1:\d+': the env server is gone: "
                                                r"POST /step failed 2 time\(s\) \(.*\); is `agentrl serve-env` still running"):
         live.step("search(x)")
+
+
+def test_a_served_envs_oracle_value_after_a_fork():
+    """`algo.focus_critic=oracle` reads `env.oracle_value()`: a served env that has one (the
+    allocation env) answers it, for a fresh env restored from a handle as in process."""
+    section = config.load(**{"env.name": "allocation"}).env
+    local = make_env_spec(section)
+    with serve_in_thread(EnvServer(section)) as running:
+        spec = remote.connect(running.url)
+        assert not hasattr(spec.make(), "step_call")     # allocation has none: text calls
+        for task, here in zip(spec.tasks("eval", 3), local.tasks("eval", 3)):
+            env, twin = spec.make(), local.make()
+            env.reset(task), twin.reset(here)
+            action = local.expert(twin, random.Random(0))
+            env.step(action), twin.step(action)
+            fork = spec.make()
+            fork.restore(env.snapshot())
+            assert fork.oracle_value() == twin.oracle_value()

@@ -160,7 +160,8 @@ class EnvServer:
                 "tool_schemas": getattr(spec, "tool_schemas", None),
                 "tools_system_prompt": getattr(spec, "tools_system_prompt", None),
                 "expert": callable(getattr(spec, "expert", None)),
-                "step_call": callable(getattr(env, "step_call", None))}
+                "step_call": callable(getattr(env, "step_call", None)),
+                "oracle_value": callable(getattr(env, "oracle_value", None))}
 
     def tasks(self, payload: dict) -> dict:
         served = self.served(payload.get("spec_id"))
@@ -231,6 +232,9 @@ class EnvServer:
         held.env.restore(state)
         return self._started(held)
 
+    def oracle_value(self, payload: dict, held: Held) -> dict:
+        return {"value": float(held.env.oracle_value())}
+
     def expert(self, payload: dict, held: Held) -> dict:
         served = self.served(held.spec_id)
         rng = random.Random(int(payload.get("seed", 0)))
@@ -275,7 +279,8 @@ class EnvServer:
                   ("POST", "/release"): lambda p: {"released": self.release(
                       p.get("episode_ids"), p.get("snapshot_ids"))}}
         episode_routes = {"/reset": self.reset, "/step": self.step, "/snapshot": self.snapshot,
-                          "/restore": self.restore, "/expert": self.expert}
+                          "/restore": self.restore, "/expert": self.expert,
+                          "/oracle_value": self.oracle_value}
         try:
             if (method, path) in routes:
                 return 200, routes[(method, path)](payload)

@@ -193,6 +193,8 @@ class RemoteEnv:
         self.max_turns = spec.info.get("max_turns")
         if spec.info.get("step_call"):   # the served env takes JSON tool calls (envs.tool_calls)
             self.step_call = self._step_call
+        if spec.info.get("oracle_value"):   # the served env knows a state's success probability
+            self.oracle_value = lambda: float(self._call("/oracle_value")["value"])
 
     def _call(self, path: str, **payload: Any) -> dict:
         payload.update(episode_id=self.episode_id, request_id=next(self._requests))
