@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -175,7 +176,19 @@ def test_the_server_keeps_a_bounded_number_of_snapshots_and_releases_them():
         fork.restore(env.snapshot())         # a handle still held restores
         del env, fork                        # dropped envs are released on the next call
         spec.tasks("eval", 1)
-        assert len(running.server.episodes) == 0
+        # the restored handle, dropped, went too; the last of `_` is held
+        assert len(running.server.episodes) == 0 and list(running.server.snapshots) == [_[-1].snapshot_id]
+        # a dropped handle is released with the next call, unless it was ever pickled (a Ray
+        # worker or a copy may still restore it)
+        env = spec.make()
+        env.reset(spec.tasks("eval", 1)[0])
+        kept, shared = env.snapshot(), env.snapshot()
+        copy = pickle.loads(pickle.dumps(shared))
+        kept_id, shared_id = kept.snapshot_id, shared.snapshot_id
+        assert set(running.server.snapshots) == {kept_id, shared_id} and copy == shared
+        del kept, shared, copy
+        spec.tasks("eval", 1)
+        assert list(running.server.snapshots) == [shared_id]
 
 
 def test_the_server_gone_mid_run_is_one_line(monkeypatch):

@@ -273,7 +273,7 @@ class EnvServer:
         """(HTTP status, JSON answer) of one request."""
         self.calls += 1
         if isinstance(payload.get("release"), list):   # envs the client dropped since its last call
-            self.release(payload["release"])
+            self.release(payload["release"], payload.get("release_snapshots") or ())
         routes = {("GET", "/health"): self.health, ("GET", "/schema"): self.schema,
                   ("POST", "/specs"): self.specs_, ("POST", "/tasks"): self.tasks,
                   ("POST", "/release"): lambda p: {"released": self.release(

@@ -9,8 +9,10 @@ client: `connect(url, seed, **options)` returns a `RemoteSpec` whose envs (`Remo
   env per id. An env this process no longer holds is released on the next call.
 - **Snapshots by handle.** `snapshot()` returns a `RemoteSnapshot`: the server's handle and a
   digest of the state, never the state itself, so FOCUS and VinePPO fork an env they cannot
-  see, and a handle travels to Ray rollout workers pickled. The server keeps a bounded number
-  (`serve-env --max-snapshots`); a released handle is a one-line error naming that bound.
+  see, and a handle travels to Ray rollout workers pickled. A handle dropped in the process
+  that made it (never pickled) is released on the next call; the server keeps a bounded
+  number in any case (`serve-env --max-snapshots`), and a released handle is a one-line error
+  naming that bound.
 - **Timeouts and retries.** Every call waits at most `remote_timeout_s` seconds per try and is
   tried `1 + remote_retries` times. Each call that changes an env carries a request id the
   server remembers, so a retried step is applied once: every call is idempotent and retried.
@@ -26,7 +28,6 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -155,19 +156,35 @@ class Connection:
         raise gone
 
 
-@dataclass(frozen=True, slots=True)
 class RemoteSnapshot:
     """A snapshot kept by the server: its handle, and a digest of the state (two snapshots of
-    equal states compare equal, as the fork check asks). Plain data: it pickles."""
+    equal states compare equal, as the fork check asks). It pickles as plain data. The object
+    `snapshot()` returned releases the server's copy when it is dropped, unless it was ever
+    copied or pickled (a Ray worker or a tree may still hold the copy): those stay until the
+    server's `--max-snapshots` bound releases them."""
 
-    snapshot_id: str = ""
-    digest: str = ""
+    __slots__ = ("snapshot_id", "digest", "_owner")
+
+    def __init__(self, snapshot_id: str = "", digest: str = "", owner: "RemoteSpec | None" = None):
+        self.snapshot_id, self.digest, self._owner = snapshot_id, digest, owner
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RemoteSnapshot) and bool(self.digest) and self.digest == other.digest
 
     def __hash__(self) -> int:
         return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"RemoteSnapshot({self.snapshot_id!r})"
+
+    def __reduce__(self):
+        self._owner = None        # a copy lives on elsewhere: never released from here
+        return RemoteSnapshot, (self.snapshot_id, self.digest)
+
+    def __del__(self):
+        owner = getattr(self, "_owner", None)
+        if owner is not None:
+            owner.release(self.snapshot_id, snapshot=True)
 
 
 def task_payload(task: Task) -> dict:
@@ -223,7 +240,7 @@ class RemoteEnv:
 
     def snapshot(self) -> RemoteSnapshot:
         answer = self._call("/snapshot")
-        return RemoteSnapshot(answer["snapshot_id"], answer["digest"])
+        return RemoteSnapshot(answer["snapshot_id"], answer["digest"], self.spec)
 
     def restore(self, state: Any) -> None:
         if not isinstance(state, RemoteSnapshot):
@@ -243,7 +260,7 @@ class RemoteSpec:
 
     def __init__(self, conn: Connection, seed: int, options: dict):
         self.conn = conn
-        self._released: list[str] = []
+        self._released: tuple[list[str], list[str]] = ([], [])   # envs, snapshots dropped
         self._lock = threading.Lock()
         self.info = self.call("/specs", {"seed": seed, "options": options})
         self.spec_id: str = self.info["spec_id"]
@@ -259,17 +276,18 @@ class RemoteSpec:
         refusal is a one-line error (`refusal`)."""
         if payload is not None:
             with self._lock:
-                released, self._released = self._released, []
-            if released:
-                payload = {**payload, "release": released}
+                (envs, snaps), self._released = self._released, ([], [])
+            if envs or snaps:
+                payload = {**payload, "release": envs, "release_snapshots": snaps}
         try:
             return self.conn.call(path, payload)
         except _Refused as e:
             raise refusal(self.conn.url, path, e) from None
 
-    def release(self, episode_id: str) -> None:
+    def release(self, handle: str, snapshot: bool = False) -> None:
+        """Release an env (or a snapshot) this process dropped, with the next call."""
         with self._lock:
-            self._released.append(episode_id)
+            self._released[int(snapshot)].append(handle)
 
     def make(self) -> RemoteEnv:
         return RemoteEnv(self)
