@@ -82,6 +82,23 @@ def test_training_steps_on_a_served_env(method, served, model_dir, tmp_path):
     assert after["episodes"] <= after["max_episodes"]
 
 
+@pytest.mark.parametrize("policy", ["model", "expert"])
+def test_rollout_of_a_served_env(policy, served, model_dir, tmp_path):
+    """`agentrl rollout --env URL`: the model's episodes, and the served env's scripted expert's
+    (through `/expert`): the same episodes as on the env in process."""
+    url, _ = served
+    rows = {}
+    for env in (url, "search"):
+        out = tmp_path / f"{len(rows)}.jsonl"
+        res = runner.invoke(app, ["rollout", "--env", env, "--policy", policy, "--model", model_dir,
+                                  "--n", "4", "--out", str(out), *set_args(SMALL)])
+        assert res.exit_code == 0, res.output
+        rows[env] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows[url]) == 4 and all(r["token_ids"] for r in rows[url])
+    assert [(r["token_ids"], r["reward"], r["finish"]) for r in rows[url]] == \
+           [(r["token_ids"], r["reward"], r["finish"]) for r in rows["search"]]
+
+
 def test_ray_rollout_workers_train_on_a_served_env(served, model_dir, tmp_path):
     pytest.importorskip("ray")
     url, _ = served
