@@ -80,6 +80,13 @@ def test_training_steps_on_a_served_env(method, served, model_dir, tmp_path):
         assert after["snapshots"] > before["snapshots"]
         assert method == "vineppo" or sum(r.get("focus/continuations", 0) for r in rows) > 0
     assert after["episodes"] <= after["max_episodes"]
+    if method == "grpo":   # the run on the env in process computes the same numbers
+        here = tmp_path / "here"
+        res = runner.invoke(app, ["train", "--method", method, "--env", "search", "--model",
+                                  model_dir, "--out", str(here), *set_args(["train.steps=2", *SMALL])])
+        assert res.exit_code == 0, res.output
+        keys = ("reward/mean", "loss/policy", "rollout/tokens")
+        assert [[r.get(k) for k in keys] for r in _steps(here)] == [[r.get(k) for k in keys] for r in rows]
 
 
 @pytest.mark.parametrize("policy", ["model", "expert"])
