@@ -345,3 +345,13 @@ def test_a_served_envs_oracle_value_after_a_fork():
             fork = spec.make()
             fork.restore(env.snapshot())
             assert fork.oracle_value() == twin.oracle_value()
+
+
+def test_serve_env_mistakes_are_one_line_exit_2():
+    res = runner.invoke(app, ["serve-env", "serch", "--port", "0"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "unknown env 'serch'" in res.output, res.output
+    with serve_in_thread(EnvServer(SEARCH)) as running:      # its port is taken
+        port = running.url.rsplit(":", 1)[1]
+        res = runner.invoke(app, ["serve-env", "search", "--port", port])
+    assert res.exit_code == 2 and res.output.startswith(f"error: serve-env: cannot listen on 127.0.0.1:{port}"), res.output
+    assert res.output.count("\n") == 1
