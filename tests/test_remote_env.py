@@ -4,6 +4,7 @@ served env, the same episodes as in process, retried calls applied once, the sna
 and the one-line errors when the server is gone."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -213,6 +214,14 @@ def test_the_server_keeps_a_bounded_number_of_snapshots_and_releases_them():
         del kept, shared, copy
         spec.tasks("eval", 1)
         assert list(running.server.snapshots) == [shared_id]
+        # a spec that goes sends what it had still to release
+        env = spec.make()
+        env.reset(spec.tasks("eval", 1)[0])
+        env.snapshot()
+        assert len(running.server.episodes) == 1
+        del env, spec, _, first
+        gc.collect()
+        assert len(running.server.episodes) == 0 and list(running.server.snapshots) == [shared_id]
 
 
 def test_the_server_gone_mid_run_is_one_line(monkeypatch):

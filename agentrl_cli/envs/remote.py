@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -262,6 +263,8 @@ class RemoteSpec:
         self.conn = conn
         self._released: tuple[list[str], list[str]] = ([], [])   # envs, snapshots dropped
         self._lock = threading.Lock()
+        # what is still to release when this spec goes (or the process ends): sent at once
+        weakref.finalize(self, _flush, conn.url, self._released, self._lock)
         self.info = self.call("/specs", {"seed": seed, "options": options})
         self.spec_id: str = self.info["spec_id"]
         self.name = self.info.get("name", conn.url)
@@ -275,8 +278,7 @@ class RemoteSpec:
         """A call to the server, with the episodes dropped since the last one to release; a
         refusal is a one-line error (`refusal`)."""
         if payload is not None:
-            with self._lock:
-                (envs, snaps), self._released = self._released, ([], [])
+            envs, snaps = _take(self._released, self._lock)
             if envs or snaps:
                 payload = {**payload, "release": envs, "release_snapshots": snaps}
         try:
@@ -300,6 +302,25 @@ class RemoteSpec:
         """The served env's scripted expert on `env`'s state; the server seeds its own
         `random.Random` from `rng`."""
         return env._call("/expert", seed=rng.getrandbits(63), error_rate=float(error_rate))["action"]
+
+
+def _take(released: tuple[list[str], list[str]], lock: threading.Lock) -> tuple[list, list]:
+    with lock:
+        out = (list(released[0]), list(released[1]))
+        released[0].clear(), released[1].clear()
+    return out
+
+
+def _flush(url: str, released: tuple[list[str], list[str]], lock: threading.Lock) -> None:
+    """Release what a spec that is going had still to release: one try, a short wait, and
+    a server that is gone is no error."""
+    envs, snaps = _take(released, lock)
+    if envs or snaps:
+        try:
+            Connection(url, timeout_s=2.0, retries=0).call(
+                "/release", {"episode_ids": envs, "snapshot_ids": snaps})
+        except Exception:  # noqa: BLE001  (best effort: the server's bounds release them anyway)
+            pass
 
 
 def refusal(url: str, path: str, e: _Refused) -> Exception:
