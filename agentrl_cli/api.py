@@ -1,6 +1,6 @@
 """agentrl as a library: the commands' library functions, called from Python (docs/python-api.md).
 
-    from agentrl_cli.api import load_config, train, evaluate, rollout
+    from agentrl_cli.api import load_config, train, evaluate, rollout, serve_env
 
 Each function calls what its command calls (`agentrl train`: `train.launch.launch`; `agentrl
 eval`: `train.held_out.eval_checkpoint`; `agentrl rollout`: `train.rollout_command.collect_rollout`),
@@ -105,3 +105,17 @@ def rollout(out: str | Path, n: int = 64, *, method: str | None = None,
                          Path(checkpoint) if checkpoint is not None else None, method, env,
                          None, model, None, None, tuple(_sets(sets, None)), seed, overwrite)
     return collect_rollout(req, log=log).episodes
+
+
+def serve_env(env: str, port: int = 0, *, host: str = "127.0.0.1",
+              sets: Mapping[str, Any] | Sequence[str] | None = None, max_episodes: int = 4096,
+              max_snapshots: int = 20000):
+    """Serve `env` over HTTP (`agentrl serve-env`) on a background thread of this process ->
+    the running server: its `url` (give it as `env=` to `load_config`), `close()`; a context
+    manager. `port` 0 picks a free one."""
+    from .envs.env_server import EnvServer, serve_in_thread
+    from .train.preflight import load_checked
+
+    cfg = load_checked(None, _sets(sets, None), **{"env.name": env})
+    return serve_in_thread(EnvServer(cfg.env, max_episodes=max_episodes,
+                                     max_snapshots=max_snapshots), host, port)

@@ -1,11 +1,11 @@
-"""`agentrl`: rollout | train | eval | diagnose | ablate | view | benchmarks | build-tiny. Commands are thin: parse, build a
+"""`agentrl`: rollout | train | eval | diagnose | ablate | view | benchmarks | build-tiny | serve-env. Commands are thin: parse, build a
 RunConfig with the one loader, call one library function."""
 from __future__ import annotations
 
 import typer
 
 from . import ablate, benchmarks, diagnose, evaluate, rollout, tiny, train, view
-from . import check_env, widen
+from . import check_env, serve_env, widen
 
 app = typer.Typer(
     name="agentrl",
@@ -25,6 +25,7 @@ app.command("benchmarks")(benchmarks.benchmarks_cmd)
 app.command("build-tiny")(tiny.build_tiny_cmd)
 app.command("check-env")(check_env.check_env_cmd)
 app.command("widen")(widen.widen_cmd)
+app.command("serve-env")(serve_env.serve_env_cmd)
 
 
 if __name__ == "__main__":

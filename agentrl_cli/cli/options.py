@@ -13,7 +13,7 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key: --set train.lr=1e-4 (repeatable).")]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Run seed.")]
 MethodOpt = Annotated[Optional[str], typer.Option("--method", "-m", help="Recipe: focus, grpo, dr_grpo, rloo, dapo, gspo, ppo, vineppo, mpo, trace.")]
-EnvOpt = Annotated[Optional[str], typer.Option("--env", "-e", help="Environment: a built-in name (default: search), an installed agentrl.envs entry point, module:factory or path/to/file.py:factory (docs/your-env.md).")]
+EnvOpt = Annotated[Optional[str], typer.Option("--env", "-e", help="Environment: a built-in name (default: search), an installed agentrl.envs entry point, module:factory, path/to/file.py:factory, or http://HOST:PORT (an env `agentrl serve-env` serves; docs/your-env.md).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="'tiny' (built in), a local Hugging Face folder, or a hub id.")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation engine: hf (default) or vllm (GPU).")]
 BenchmarkOpt = Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry: its env and settings (list: agentrl benchmarks).")]
