@@ -90,8 +90,8 @@ def object_spec(obj: Any) -> str:
         if known is obj:
             return name
     qualname = getattr(obj, "__qualname__", None)
-    base = re.sub(r"[^A-Za-z0-9_.]", "_", qualname if isinstance(qualname, str)
-                  else type(obj).__qualname__).strip("._") or "object"
+    qualname = qualname if isinstance(qualname, str) else type(obj).__qualname__
+    base = re.sub(r"[^A-Za-z0-9_]", "_", qualname.rsplit(".", 1)[-1]).strip("_") or "object"
     name, k = f"{OBJECT_PREFIX}:{base}", 2
     while name in _OBJECTS:
         name, k = f"{OBJECT_PREFIX}:{base}_{k}", k + 1
