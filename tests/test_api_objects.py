@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,25 @@ def test_a_file_factory_is_recorded_by_its_file_and_wrong_objects_are_one_line(m
         api.load_config(env=object(), sets=MICRO)
     with pytest.raises(ConfigError, match="is not one a TRL-style reward function gets"):
         api.load_config(sets=MICRO, rewards=lambda prompts, completions, solution: [0.0])
+
+
+def test_the_python_api_pages_objects_example_runs(model_dir, tmp_path, monkeypatch):
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "python-api.md").read_text(),
+                       re.S)[1]
+    real = api.load_config
+
+    def micro(config=None, sets=None, *, model=None, **kw):
+        given = [f"{k}={v}" for k, v in sets.items()]
+        return real(config, MICRO + given, model=model_dir if model == "PATH" else model, **kw)
+
+    monkeypatch.setattr(api, "load_config", micro)
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__main__"}        # as a script runs it
+    exec(compile(block, "docs/python-api.md", "exec"), ns)
+    saved = json.loads((tmp_path / "runs" / "api-objects" / "config.json").read_text())
+    assert ns["summary"]["steps"] == 2 and saved["env"]["name"] == "calculator_env:make"
+    assert [r["fn"] for r in saved["algo"]["rewards"]] == [
+        f"{plugins.OBJECT_PREFIX}:short", f"{plugins.OBJECT_PREFIX}:calls_calc"]
+    rows = _rows(tmp_path / "runs" / "api-objects")
+    assert all("reward/calls_calc" in r for r in rows if r["step"] > 0)
