@@ -116,12 +116,13 @@ def test_objects_no_import_finds_run_here_and_are_refused_elsewhere_in_one_line(
 
 
 def test_a_spec_object_and_an_env_class_with_tasks_are_envs(model_dir, tmp_path):
-    cfg = api.load_config(env=CALC_SPEC, model=model_dir, sets=MICRO)
+    plain = [s for s in MICRO if not s.startswith("env.")]   # a spec takes no options
+    cfg = api.load_config(env=CALC_SPEC, model=model_dir, sets=plain)
     spec = make_env_spec(cfg.env)
     assert spec is CALC_SPEC and spec.tasks("eval", 2) == CALC_SPEC.tasks("eval", 2)
     with pytest.raises(ConfigError, match="has no option 'n_ops'"):
         make_env_spec(api.load_config(env=CALC_SPEC, model=model_dir,
-                                      sets=MICRO + ["env.options={'n_ops': 2}"]).env)
+                                      sets=plain + ["env.options={'n_ops': 2}"]).env)
     env_cls = type(CALC_SPEC.make())
 
     class WithTasks(env_cls):
