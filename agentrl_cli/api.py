@@ -13,7 +13,6 @@ functions (`envs.plugins.object_spec` records them by name).
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -133,11 +132,12 @@ def load_config(config: str | Path | None = None, sets: Mapping[str, Any] | Sequ
 
 def _run_config(cfg: Any) -> RunConfig:
     """`cfg` checked as a config `load_config` gives: a RunConfig whose values pass the same
-    checks (one changed with `dataclasses.replace` is rebuilt and checked again)."""
+    checks (one changed with `dataclasses.replace` passes them again: rebuilt, then dropped)."""
     if not isinstance(cfg, RunConfig):
         raise ConfigError(f"train: cfg expects the RunConfig load_config(...) returns, got "
                           f"{_shown(cfg)} (e.g. train(load_config(sets={{'train.steps': 3}}), out))")
-    return dataclasses.replace(build(flatten(cfg)), out=cfg.out)
+    build(flatten(cfg))
+    return cfg
 
 
 def _callback(call: str, name: str, fn: Any) -> None:
