@@ -166,3 +166,23 @@ def test_the_python_api_pages_objects_example_runs(model_dir, tmp_path, monkeypa
         f"{plugins.OBJECT_PREFIX}:short", f"{plugins.OBJECT_PREFIX}:calls_calc"]
     rows = _rows(tmp_path / "runs" / "api-objects")
     assert all("reward/calls_calc" in r for r in rows if r["step"] > 0)
+
+
+def test_callable_objects_are_a_factory_and_a_reward_function(model_dir):
+    class Factory:
+        def __call__(self, seed=0, n_ops=1):
+            return calc(seed=seed, n_ops=n_ops)
+
+    class Scorer:
+        def __call__(self, answer, **kwargs):
+            return float(answer == "")
+
+    scorer = Scorer()
+    plain = [s for s in MICRO if not s.startswith("env.")]
+    cfg = api.load_config(env=Factory(), model=model_dir, rewards=scorer,
+                          sets=plain + ["env.n_ops=2"])
+    assert cfg.env.name.startswith(f"{plugins.OBJECT_PREFIX}:Factory")
+    assert make_env_spec(cfg.env).tasks("eval", 1) == calc(n_ops=2).tasks("eval", 1)
+    (fn,) = rewards_module.load_rewards(cfg.algo.rewards)
+    assert fn.fn is scorer and fn.name.startswith("Scorer")
+    assert fn.params == rewards_module.EPISODE_ARGS
