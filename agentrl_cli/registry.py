@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
+from .errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -38,8 +40,9 @@ def suggest(name: str, names) -> str | None:
     return best
 
 
-class RegistryError(KeyError):
-    """Unknown or duplicate name; the message is one user-facing line."""
+class RegistryError(ConfigError, KeyError):
+    """Unknown or duplicate name; the message is one user-facing line. A user's mistake, so a
+    `ConfigError` (what the Python API promises); also a `KeyError`, as a lookup's miss."""
 
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain
         return str(self.args[0]) if self.args else ""

@@ -93,8 +93,9 @@ def _reward_item(item: Any) -> dict[str, Any]:
         head, _, tail = rest.rpartition(":")
         try:
             weight, spec = (float(tail), head) if ":" in head else (1.0, rest)
-        except ValueError:
-            weight, spec = 1.0, rest
+        except ValueError:                # FILE.py:fn:WEIGHT with a WEIGHT that is no number
+            raise ConfigError(f"algo.rewards: the weight '{tail}' of '{rest}' is not a number "
+                              "([NAME=]FILE.py:fn[:WEIGHT])") from None
         item = {"fn": spec.strip(), "weight": weight, **({"name": name.strip()} if name else {})}
     if not isinstance(item, dict) or not isinstance(item.get("fn"), str):
         raise ConfigError(f"algo.rewards: each entry is FILE.py:fn[:WEIGHT], module:fn or "
@@ -291,6 +292,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             key = f"{prefix}{k}"
             if isinstance(v, dict) and key in SECTIONS:
                 walk(v, key + ".")
+            elif key in SECTIONS:         # `train:` left empty sets nothing; a value is a slip
+                if v is not None:
+                    raise ConfigError(f"{p}: '{key}' is a config section: give its keys under "
+                                      f"it ({key}: {{...}}), got {v!r:.60}")
             elif isinstance(v, dict) and not prefix and key not in LEAF_TYPES:
                 _check_section(key)       # `trian:` holding keys: the nearest section
             else:

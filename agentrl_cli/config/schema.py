@@ -227,7 +227,7 @@ class TrainConfig:
     lr_schedule: str = "constant"
     """Learning-rate schedule over train.steps, after the warm-up, applied to the policy's and the critic's rates alike: constant | linear (down to lr / (steps - warmup) at the last step) | cosine (half a cosine toward 0). Logged per step as lr (the policy's)."""
     warmup_steps: int = 0
-    """Linear warm-up from 0: step s <= warmup_steps trains at lr x s / warmup_steps (0: none)."""
+    """Linear warm-up from 0: step s <= warmup_steps trains at lr x s / warmup_steps (0: none). Must be < train.steps (a warm-up as long as the run is a one-line error)."""
     critic_lr: float = 0.0
     """Learning rate of the critic's own parameters (the value head, or the whole separate critic model) when the method has a critic; 0 = train.lr. verl and OpenRLHF give PPO critics their own, often larger, rate."""
     weight_decay: float = 0.0

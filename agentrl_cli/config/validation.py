@@ -100,6 +100,10 @@ def _validate(cfg: RunConfig) -> None:
     if cfg.algo.reward_mode == "replace" and not cfg.algo.rewards:
         raise ConfigError("algo.reward_mode=replace needs at least one reward function "
                           "(--reward FILE.py:fn or algo.rewards)")
+    if 0 < cfg.train.steps <= cfg.train.warmup_steps:
+        raise ConfigError(f"train.warmup_steps ({cfg.train.warmup_steps}) must be < train.steps "
+                          f"({cfg.train.steps}): the run would train its whole length at the "
+                          "warm-up's lowered rate")
     if cfg.env.max_hops < cfg.env.min_hops:
         raise ConfigError(f"env.max_hops ({cfg.env.max_hops}) < env.min_hops ({cfg.env.min_hops})")
     for key in ("rollout.temperature",):

@@ -157,9 +157,7 @@ class UserEnvFactory:
     that is not an env spec (no `make()` and `tasks(split, n)`) a one-line `ConfigError`."""
 
     def __init__(self, name: str, fn: Callable[..., Any]):
-        if not callable(fn):
-            raise ConfigError(f"env '{name}' is a {type(fn).__name__}, not a factory "
-                              "(a callable: factory(seed=0, **options) -> env spec)")
+        fn = _as_factory(name, fn)
         self.name, self.fn = name, fn
         try:
             params = inspect.signature(fn).parameters.values()
@@ -221,6 +219,51 @@ class SpecAdapter(Protocol):
 # what a user's factory may return besides an env spec, each turned into one (registered in
 # `envs/__init__`)
 SPEC_ADAPTERS: list[SpecAdapter] = []
+
+
+def _is_spec(obj: Any) -> bool:
+    return callable(getattr(obj, "make", None)) and callable(getattr(obj, "tasks", None))
+
+
+def _as_factory(name: str, obj: Any) -> Callable[..., Any]:
+    """A user env as a factory: a factory (or a spec class) as it is; a spec object as a
+    factory of itself (no options; its own seed); an env class that gives its tasks as a
+    factory of `EnvClassSpec`s (its constructor's parameters are the options). Anything else,
+    an env class without tasks included, is a one-line ConfigError."""
+    if isinstance(obj, type) and not _is_spec(obj) and callable(getattr(obj, "step", None)):
+        if not callable(getattr(obj, "tasks", None)):
+            raise ConfigError(f"env '{name}' is an env class ({obj.__name__}: reset/step) without "
+                              "tasks: give it a tasks(split, n=None) method, or give its "
+                              "factory or spec (make() and tasks(); docs/your-env.md)")
+
+        def factory(*args: Any, **options: Any) -> EnvClassSpec:
+            return EnvClassSpec(obj, *args, **options)
+
+        factory.__signature__ = inspect.signature(obj)
+        return factory
+    if not isinstance(obj, type) and _is_spec(obj):
+        return lambda: obj
+    if not callable(obj):
+        raise ConfigError(f"env '{name}' is a {type(obj).__name__}, not a factory "
+                          "(a callable: factory(seed=0, **options) -> env spec), an env spec "
+                          "(make() and tasks()) or an env class")
+    return obj
+
+
+class EnvClassSpec:
+    """The spec of an env class that also gives its tasks (`tasks(split, n=None)`): each env
+    is `cls(**options)`, and the tasks are those of one instance made first."""
+
+    def __init__(self, cls: type, *args: Any, **options: Any):
+        self.cls, self.args, self.options = cls, args, options
+        self.name = cls.__name__
+        self._first = cls(*args, **options)
+
+    def make(self) -> TextEnv:
+        return self.cls(*self.args, **self.options)
+
+    def tasks(self, split: str, n: int | None = None) -> list[Task]:
+        return self._first.tasks(split, n)
 
 
 def make_env_spec(section: EnvConfig, seed: int | None = None) -> EnvSpec:

@@ -1,6 +1,11 @@
 """Objects from outside the package: `module:attr`, `path/to/file.py:attr`, or an installed
 package's entry point (`importlib.metadata`, group `agentrl.envs`).
 
+A Python object handed to the API (`agentrl_cli.api`: an env factory, a reward function) gets
+a spec too (`object_spec`): its `module:qualname` when that imports back to the same object,
+else a name of this process's own (`python-object:NAME`) that another process refuses in one
+line.
+
 Every failure is a one-line `ConfigError` naming the spec and what is wrong (a file that does
 not exist, a module that does not import, a missing attribute); the exception that caused it is
 chained, so `AGENTRL_DEBUG=1` shows its traceback. Nothing here knows what the object is for:
@@ -14,6 +19,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -21,8 +27,14 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from ..registry import Registry, RegistryError
 
-__all__ = ["PluginRegistry", "entry_points", "is_file_spec", "is_spec", "load_entry_point",
-           "load_spec"]
+__all__ = ["OBJECT_PREFIX", "PluginRegistry", "entry_points", "is_file_spec", "is_spec",
+           "load_entry_point", "load_spec", "object_spec"]
+
+# the module part of the spec of an object that no import finds again (a lambda, a closure, an
+# object of `__main__` or an instance): this process's `_OBJECTS` holds it; a hyphen keeps the
+# name from ever being an importable module's
+OBJECT_PREFIX = "python-object"
+_OBJECTS: dict[str, Any] = {}
 
 
 class PluginRegistry(Registry):
@@ -66,9 +78,55 @@ def is_file_spec(name: str) -> bool:
     return is_spec(name) and name.rsplit(":", 1)[0].endswith(".py")
 
 
+def object_spec(obj: Any) -> str:
+    """The spec a run records for a Python object: `module:qualname` (a user file's module as
+    its absolute path, `FILE.py:qualname`) when loading that spec gives back `obj` itself, so
+    resume, eval and other processes find it; else `python-object:NAME`, held in this process
+    only (the same object always gets the same name)."""
+    spec = _importable_spec(obj)
+    if spec is not None:
+        return spec
+    for name, known in _OBJECTS.items():
+        if known is obj:
+            return name
+    qualname = getattr(obj, "__qualname__", None)
+    qualname = qualname if isinstance(qualname, str) else type(obj).__qualname__
+    base = re.sub(r"[^A-Za-z0-9_]", "_", qualname.rsplit(".", 1)[-1]).strip("_") or "object"
+    name, k = f"{OBJECT_PREFIX}:{base}", 2
+    while name in _OBJECTS:
+        name, k = f"{OBJECT_PREFIX}:{base}_{k}", k + 1
+    _OBJECTS[name] = obj
+    return name
+
+
+def _importable_spec(obj: Any) -> str | None:
+    """`module:qualname` of `obj` if it loads back as `obj` (not for `__main__`, whose objects
+    another process, `agentrl train --resume` say, does not have)."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not (isinstance(module, str) and isinstance(qualname, str)) or module == "__main__" \
+            or "<" in qualname or module not in sys.modules:
+        return None
+    target = module
+    if module.startswith("agentrl_user_"):             # a file `_load_file` imported
+        target = getattr(sys.modules[module], "__file__", None) or module
+    spec = f"{target}:{qualname}"
+    try:
+        return spec if load_spec(spec, "object") is obj else None
+    except ConfigError:
+        return None
+
+
 def load_spec(spec: str, kind: str = "env") -> Any:
-    """The object `spec` names: `attr` (dotted for nested attributes) of the module or file."""
+    """The object `spec` names: `attr` (dotted for nested attributes) of the module or file,
+    or a Python object `object_spec` named in this process."""
+    if spec in _OBJECTS:
+        return _OBJECTS[spec]
     target, _, attr = spec.rpartition(":")
+    if target == OBJECT_PREFIX:
+        raise ConfigError(f"{kind} '{spec}' was a Python object given to agentrl_cli.api in the "
+                          "process that started the run; no other process can load it (resume, "
+                          "eval, ablate's jobs, rollout workers): define it at the top level of "
+                          "a module or file, and give it as module:attr or FILE.py:attr")
     if not target or not attr:
         raise ConfigError(f"{kind} '{spec}': expected module:attr or path/to/file.py:attr")
     module = _load_file(spec, target, kind) if target.endswith(".py") else _import(spec, target, kind)

@@ -56,8 +56,9 @@ def config_page() -> str:
            "One frozen `RunConfig`. Precedence (later wins): the dataclass defaults < the method's "
            "recipe < a benchmark's presets (`--benchmark`) < `--config` YAML < `--set key=value` < "
            "explicit flags (`--seed`, `--out`, `--method`, ...). YAML may be nested "
-           "(`train: {lr: 1e-4}`) or flat (`train.lr: 1e-4`); it must be UTF-8, and a key given twice "
-           "is an error. A recipe's own defaults are in the [methods table](methods_table.md).", ""]
+           "(`train: {lr: 1e-4}`) or flat (`train.lr: 1e-4`); it must be UTF-8, a key given twice "
+           "is an error, and a section left empty (`train:` with no keys under it) sets nothing. "
+           "A recipe's own defaults are in the [methods table](methods_table.md).", ""]
     section = None
     for key, default, help_ in describe():
         sec = key.split(".", 1)[0] if "." in key else "run"

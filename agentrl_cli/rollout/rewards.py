@@ -6,8 +6,9 @@ continuations, every FOCUS path when it lands as a leaf), so every estimator's c
 the same reward. docs/rewards.md is the user's page.
 
 A function is called with keywords, and receives those of its parameters among `EPISODE_ARGS`
-(all of them with `**kwargs`). The functions are loaded with the env's loader
-(`envs.plugins.load_spec`), once per process.
+(all of them with `**kwargs`). A function with TRL's signature (a `prompts` or `completions`
+parameter) is called as TRL calls it, on a batch of one episode (`trl_adapter`). The functions
+are loaded with the env's loader (`envs.plugins.load_spec`), once per process.
 """
 from __future__ import annotations
 
@@ -60,11 +61,60 @@ def _params(spec: str, fn: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(n for n in named if n in EPISODE_ARGS)
 
 
+# what a TRL-style function gets (`trl_adapter`): TRL's own arguments, then the episode's
+# fields as the one-item lists TRL makes of a dataset's columns (not `answer`: in TRL datasets
+# that column is the gold answer, here `gold`)
+TRL_ARGS = ("prompts", "completions", "completion_ids")
+TRL_COLUMNS = ("gold", "tool_calls", "reward", "success", "finish", "task_id")
+
+
+def _signature(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
+def trl_adapter(spec: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """For a function with TRL's signature, `fn(prompts, completions, **kwargs) -> list[float]`
+    (a `prompts` or `completions` parameter), a per-episode function that calls it on a batch
+    of one: `prompts=[[user message]]`, `completions=[[the episode's assistant and tool
+    messages]]`, `completion_ids=[the policy's token ids]`, and `TRL_COLUMNS` as one-item
+    lists; its list of one value is the value (None: 0.0, as TRL's sum skips it). None for any
+    other function. A required parameter it would not get is a one-line ConfigError."""
+    ps = _signature(fn)
+    if not any(p.name in ("prompts", "completions") for p in ps):
+        return None
+    given = TRL_ARGS + TRL_COLUMNS
+    missing = [p.name for p in ps if p.name not in given and p.default is p.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if missing:
+        raise ConfigError(f"reward '{spec}': parameter '{missing[0]}' is not one a TRL-style "
+                          f"reward function gets ({', '.join(given)}, or **kwargs; the gold "
+                          "answer is 'gold': docs/rewards.md)")
+    wanted = given if any(p.kind == p.VAR_KEYWORD for p in ps) else tuple(p.name for p in ps)
+
+    def per_episode(**args: Any) -> Any:
+        ep = args["episode"]
+        batch = {"prompts": [args["messages"][:1]], "completions": [args["messages"][1:]],
+                 "completion_ids": [[t for t, m in zip(ep.token_ids, ep.response_mask) if m]],
+                 **{k: [args[k]] for k in TRL_COLUMNS}}
+        out = fn(**{k: v for k, v in batch.items() if k in wanted})
+        if isinstance(out, (list, tuple)) and len(out) == 1:
+            return 0.0 if out[0] is None else out[0]
+        return out                        # a bare number, or a value `score` refuses in one line
+
+    return per_episode
+
+
 @functools.lru_cache(maxsize=32)
 def _load(name: str, spec: str, weight: float) -> RewardFn:
     fn = plugins.load_spec(spec, "reward")
     if not callable(fn):
         raise ConfigError(f"reward '{spec}' is a {type(fn).__name__}, not a function")
+    batched = trl_adapter(spec, fn)
+    if batched is not None:
+        return RewardFn(name, spec, weight, batched, EPISODE_ARGS)
     return RewardFn(name, spec, weight, fn, _params(spec, fn))
 
 
