@@ -229,6 +229,28 @@ def test_a_reward_function_scores_a_copy_of_the_episode(tmp_path):
     assert ep.reward == 1.0 and ep.meta["reward_env"] == 1.0
 
 
+def test_a_raising_trl_style_reward_is_named_by_its_own_file():
+    """A function with TRL's signature runs inside an adapter; its error names the user's
+    function's file and line, not the adapter's."""
+    from agentrl_cli.envs.guard import UserCodeError
+    from agentrl_cli.rollout.rewards import TRL_COLUMNS, score, trl_adapter
+
+    def trl_reward(prompts, completions, **kwargs):
+        raise ValueError("bad batch")
+
+    fn = trl_adapter("mine.py:trl_reward", trl_reward)
+    params = ("episode", "messages", *TRL_COLUMNS)
+    r = RewardFn("trl_reward", "mine.py:trl_reward", 1.0, fn, params)
+    ep = Episode(task_id="t0", group=0, token_ids=[1, 2], response_mask=[0, 1], logprobs=[0, 0],
+                 turn_index=[-1, 0], segment_starts=[1], segment_index=[-1, 0], answer="a",
+                 question="q", reward=1.0, finish="answer")
+    with pytest.raises(UserCodeError) as e:
+        score(r, {**{k: None for k in params}, "task_id": "t0", "episode": ep,
+                  "messages": [{"role": "user", "content": "q"}]})
+    assert f"test_user_code_guards.py:{trl_reward.__code__.co_firstlineno}" in str(e.value)
+    assert "rewards.py" not in str(e.value) and "raised ValueError: bad batch" in str(e.value)
+
+
 # ------------------------------------------------------------------ allocators
 def test_an_exiting_allocator_is_one_line_naming_it(tmp_path):
     f = tmp_path / "alloc.py"

@@ -157,7 +157,9 @@ def call_with_timeout(fn: Callable[[Any], Any], arg: Any, timeout_s: float) -> A
 
 def defined_in(fn: Any) -> str:
     """Where `fn` is defined, `FILE:LINE` (a bound method's function's; a callable object's
-    `__call__`), or '?' for a function without Python source."""
+    `__call__`; an adapter's `user_fn`, the user's function it calls), or '?' for a function
+    without Python source."""
+    fn = getattr(fn, "user_fn", fn)
     target = getattr(fn, "__func__", fn)
     code = getattr(target, "__code__", None)
     if code is None:

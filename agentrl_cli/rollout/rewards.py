@@ -104,6 +104,7 @@ def trl_adapter(spec: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
             return 0.0 if out[0] is None else out[0]
         return out                        # a bare number, or a value `score` refuses in one line
 
+    per_episode.user_fn = fn              # an error names the user's function, not this adapter
     return per_episode
 
 
