@@ -194,3 +194,46 @@ def test_a_changed_env_rebuilds_its_cached_agent_and_refuses_a_stale_shipped_one
     monkeypatch.setattr(RulesEnv, "_tool", lambda self, t, a: (tool(self, t, a)[0] + ".",
                                                                tool(self, t, a)[1]))
     assert tiny_build.world_fingerprint(shipped) != before
+
+
+FAMILIES = ["rules", "math", "locate"]
+
+
+def _no_build(tmp_path, monkeypatch) -> list[Path]:
+    """An empty cache, a build that fails the test if it starts, and the folders `--model tiny`
+    resolved to (appended as commands resolve them)."""
+    from agentrl_cli.train import tiny_build
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tiny_build, "publish_build",
+                        lambda *a, **k: pytest.fail("a tiny build started"))
+    used: list[Path] = []
+    ensure = tiny_build.ensure_tiny
+    monkeypatch.setattr(tiny_build, "ensure_tiny",
+                        lambda recipe, log=print: used.append(ensure(recipe, log)) or used[-1])
+    return used
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_eval_env_name_starts_from_the_shipped_agent(family, tmp_path, monkeypatch):
+    """`agentrl eval --env NAME` on an empty cache loads the agent that ships for NAME: the
+    benchmark entry named like the env sets the world it was built on (benchmarks.yaml)."""
+    used = _no_build(tmp_path, monkeypatch)
+    r = CliRunner().invoke(app, ["eval", "--env", family, "--tasks", "1", "--n", "1"])
+    assert r.exit_code == 0, r.output
+    assert used == [tiny.SHIPPED / family] and "building" not in r.output
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_benchmark_name_starts_from_the_shipped_agent(family, tmp_path, monkeypatch):
+    """`--benchmark NAME` (here with `agentrl rollout`) finds the same shipped agent, and train's
+    config resolves to it too."""
+    used = _no_build(tmp_path, monkeypatch)
+    r = CliRunner().invoke(app, ["rollout", "--benchmark", family, "--n", "1", "--split", "eval",
+                                 "--out", str(tmp_path / "e.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert used == [tiny.SHIPPED / family]
+    for cfg in (load_config(None, None, family), load_config(None, None, method="grpo",
+                                                             env=family)):
+        assert tiny.shipped_path(tiny_recipe(cfg)) == tiny.SHIPPED / family
