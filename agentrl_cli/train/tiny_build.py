@@ -510,11 +510,12 @@ def warmup_estimate(recipe: TinyRecipe, step: int, spent: float) -> str:
     """The warm-up's first progress line: the time of its first `step` steps, measured, and
     what it gives for the whole warm-up (the dev checks come on top)."""
     per = spent / max(step, 1)
+    checks = (f", plus a dev check every {recipe.eval_every} steps from step "
+              f"{recipe.eval_start} (it stops at the first that reaches "
+              f"{recipe.target_success:.2f})" if recipe.eval_start < recipe.max_steps else "")
     return (f"tiny: warm-up step {step}/{recipe.max_steps}: {per:.2f}s a step on "
             f"{torch.get_num_threads()} thread(s), measured; at most {recipe.max_steps} steps: "
-            f"about {per * recipe.max_steps / 60:.0f} min, plus a dev check every "
-            f"{recipe.eval_every} steps from step {recipe.eval_start} (it stops at the first "
-            f"that reaches {recipe.target_success:.2f})")
+            f"about {per * recipe.max_steps / 60:.1f} min{checks}")
 
 
 def _state(model) -> dict:
