@@ -35,8 +35,9 @@ class TrainProgress:
         if self.progress is not None:
             self.progress.update(self.task, completed=step, info=info)
         else:
+            # one line per step however narrow the console (a log or a pipe reads 80 columns)
             self.console.print(f"step {step}  {info}  ({row['time/step']:.1f}s, ETA "
-                               f"{self.eta(step)})", highlight=False)
+                               f"{self.eta(step)})", highlight=False, soft_wrap=True)
 
     def eta(self, step: int) -> str:
         """The time left at the pace of this run's steps so far (checks included): '1m05s'."""
