@@ -9,6 +9,9 @@ import typer
 from .options import ConfigOpt, SetOpt, user_errors
 
 
+QUIET_S = 1.0   # a factory that returns (or fails) sooner prints nothing before its result
+
+
 def _say(line: str) -> None:
     """A progress line on stderr, flushed at once: it shows while the check runs."""
     print(line, file=sys.stderr, flush=True)
@@ -30,13 +33,23 @@ def check_env_cmd(
     sets = list(set_ or []) + ([f"env.seed={seed}"] if seed is not None else [])
     cfg = load_checked(str(config) if config else None, sets, **{"env.name": env})
     timeout = cfg.env.step_timeout_s
-    _say(f"checking env '{cfg.env.name}' (seed {cfg.env.seed}; its factory and each reset and "
-         f"step within env.step_timeout_s={timeout:g} s)")
-    _say("  factory: loading the env and calling its factory with the options given")
+    said: list[str] = []
+
+    def header() -> None:
+        said.append(f"checking env '{cfg.env.name}' (seed {cfg.env.seed}; its factory and each "
+                    f"reset and step within env.step_timeout_s={timeout:g} s)")
+        _say(said[-1])
+
+    def slow_factory() -> None:           # a factory still busy after QUIET_S: say so now
+        header()
+        _say("  factory: loading the env and calling its factory with the options given")
+
     try:                                  # a spec that does not build: its one-line error
-        call_with_timeout(make_env_spec, cfg.env, timeout)
+        call_with_timeout(make_env_spec, cfg.env, timeout, slow=(QUIET_S, slow_factory))
     except StepTimeout as e:
         raise EnvContractError(cfg.env.name, f"its factory {e} (env.step_timeout_s)") from None
+    if not said:
+        header()
     try:
         report = check_env(lambda s: make_env_spec(cfg.env, s), seed=cfg.env.seed,
                            max_turns=cfg.env.max_turns, timeout_s=timeout,
