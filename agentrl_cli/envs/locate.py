@@ -303,10 +303,17 @@ class LocateEnv(CallEnv):
     def _load(self) -> None:
         # the repository is rebuilt (cached) from the task, never snapshotted; the numbered
         # results live in the history, so a restored state refers to its own
-        self.repo: Repo | None = None if self.task is None else _repo(self.task.meta["repo"],
-                                                                      self.task.meta["n_files"])
+        self._built_repo: Repo | None = None
         self._new_listing: tuple[str, ...] | None = None
         self._new_lines: tuple[int, ...] | None = None
+
+    @property
+    def repo(self) -> Repo | None:
+        """The task's repository, made on its first use (a reset alone, such as the prompt
+        checks before a run, does not build 10,000 of them)."""
+        if getattr(self, "_built_repo", None) is None and self.task is not None:
+            self._built_repo = _repo(self.task.meta["repo"], self.task.meta["n_files"])
+        return getattr(self, "_built_repo", None)
 
     def _latest(self) -> dict | None:
         """The history entry of the latest `ls` or `grep` that ran (None before any)."""
