@@ -285,6 +285,60 @@ def test_check_env_names_each_check_and_respects_the_timeout(probe):
     assert "an observation of 2,000,000 characters, above env.max_observation_chars" in res.stdout
 
 
+LOOPING_FACTORY = "import time\n\ndef make(**options):\n    while True:\n        time.sleep(0.01)\n"
+
+
+def test_a_factory_that_never_returns_ends_in_one_line(tmp_path):
+    """The factory runs under env.step_timeout_s: a loop in it is one line and exit 2."""
+    f = tmp_path / "loops_env.py"
+    f.write_text(LOOPING_FACTORY)
+    t0 = time.time()
+    res = runner.invoke(app, ["check-env", f"{f}:make", "--set", "env.step_timeout_s=3"])
+    _error_line(res, f"env '{f}:make': its factory did not return within 3 s")
+    assert time.time() - t0 < 30
+    # past a second in the factory, the lines say where it is (a quick failure is one line)
+    assert "  factory: loading the env and calling its factory" in res.stderr
+
+
+def test_a_task_list_that_never_returns_ends_in_one_line(tmp_path):
+    """A spec whose `tasks()` hangs stops check-env with one line naming the tasks check."""
+    f = tmp_path / "slow_tasks_env.py"
+    f.write_text(PROBE + "\nSpec.tasks = lambda self, split, n=None: time.sleep(60)\n")
+    res = runner.invoke(app, ["check-env", f"{f}:make", "--set", "env.step_timeout_s=1"])
+    _error_line(res, "tasks('train') did not return within 1 s", "during the tasks check")
+
+
+def test_check_env_lines_show_while_it_works(tmp_path):
+    """Each line reaches the terminal as its check starts (flushed, not at exit): with a
+    factory that sleeps and no timeout, the first lines are there while the process runs."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = tmp_path / "sleepy_env.py"
+    f.write_text("import time\n\ndef make(**options):\n    time.sleep(600)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    p = subprocess.Popen([sys.executable, "-m", "agentrl_cli.cli.main", "check-env", f"{f}:make",
+                          "--set", "env.step_timeout_s=0"], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
+    import threading
+
+    stop = threading.Timer(120, p.kill)       # buffered lines would come only at its end
+    stop.start()
+    try:
+        first = p.stderr.readline()
+        second = p.stderr.readline()
+        assert p.poll() is None               # still in the factory: the lines came unbuffered
+    finally:
+        stop.cancel()
+        p.kill()
+        p.wait()
+    assert first.startswith(f"checking env '{f}:make'")
+    assert second.startswith("  factory: loading the env and calling its factory")
+
+
 @pytest.mark.parametrize("body, needle", [
     ("raise SystemExit(3)\n", "SystemExit: the file exits at import (exit code 3)"),
     ("import sys\nsys.exit()\n", "SystemExit: the file exits at import"),

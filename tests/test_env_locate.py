@@ -318,3 +318,31 @@ def test_tiny_recipe_key_stable_for_options_at_their_default():
         sort_keys=True).encode()).hexdigest()[:12]
     assert r.key() == old
     assert tiny.TinyRecipe.from_flat({"repos": "shared"}).key() != old
+
+
+def test_a_split_and_a_reset_build_only_the_repositories_they_need(monkeypatch):
+    """With per-task repositories, `tasks("eval")` makes no training repository, a prefix
+    makes only its own, and a reset builds none until a tool reads the repository (a run's
+    prompt checks reset every training task: 10,000 for the shipped agent's world)."""
+    made = []
+    real = L.make_repo
+    monkeypatch.setattr(L, "make_repo", lambda key, n: made.append(key) or real(key, n))
+    L._repo.cache_clear()
+    L._split_tasks.cache_clear()
+    L._tasks.cache_clear()
+    spec = L.LocateSpec(seed=5, n_train=10_000, n_eval=6)
+    evals = spec.tasks("eval")
+    assert len(evals) == 6 and all(k.startswith("5-eval-") for k in made)
+    made.clear()
+    first = spec.tasks("train", 3)
+    assert sorted(made) == ["5-train-0", "5-train-1", "5-train-2"]
+    small = L.LocateSpec(seed=5, n_train=40, n_eval=6)
+    assert [t.task_id for t in small.tasks("train")[:3]] == [t.task_id for t in first]
+    assert [t.answer for t in small.tasks("train")[:3]] == [t.answer for t in first]
+    L._repo.cache_clear()
+    made.clear()
+    env = spec.make()
+    env.reset(first[0])
+    assert made == []
+    env.step("ls(.)")
+    assert made == ["5-train-0"]

@@ -233,3 +233,21 @@ def test_ablate_step_lines_show_a_dash_between_checks():
     s.update(1, row)
     s.update(2, {**row, "eval/success": 0.5, "eval/success_se": HAND_SE})
     assert "held-out –" in lines[0] and "held-out 0.50±0.29" in lines[1], lines
+
+
+def test_step_lines_print_the_eta_at_the_run_pace():
+    """A train step line (no terminal) ends with the time left: the run's seconds per step so
+    far (checks included) times the steps left; 0s at the last step."""
+    clock = iter([100.0, 110.0, 130.0, 160.0])
+    buf = io.StringIO()
+    p = live.TrainProgress(Console(file=buf, width=60), clock=lambda: next(clock))
+    p.start(total=4, done=1)                   # a resumed run: steps 2-4 left
+    row = {"reward/mean": 0.5, "tokens/s": 100.0, "rollout/tool_calls": 2.0, "time/step": 10.0}
+    for step in (2, 3, 4):
+        p.update(step, row)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3                     # one line a step, even on a narrow console
+    assert lines[0].endswith("(10.0s, ETA 20s)"), lines     # 10 s for 1 step, 2 left
+    assert lines[1].endswith("(10.0s, ETA 15s)"), lines     # 30 s for 2 steps, 1 left
+    assert lines[2].endswith("(10.0s, ETA 0s)"), lines
+    assert live.duration(65) == "1m05s" and live.duration(3720) == "1h02m"

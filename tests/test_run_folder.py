@@ -185,7 +185,7 @@ def test_a_killed_tiny_build_is_cleaned_on_the_next_start(tmp_path):
         "import os, signal\n"
         "from agentrl_cli.models.tiny import TinyRecipe\n"
         "from agentrl_cli.train import tiny_build\n"
-        "def build(recipe, out, log):\n"
+        "def build(recipe, out, log, threads=None):\n"
         "    (out / 'config.json').write_text('{')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
         "tiny_build.build_tiny = build\n"

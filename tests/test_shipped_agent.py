@@ -194,3 +194,100 @@ def test_a_changed_env_rebuilds_its_cached_agent_and_refuses_a_stale_shipped_one
     monkeypatch.setattr(RulesEnv, "_tool", lambda self, t, a: (tool(self, t, a)[0] + ".",
                                                                tool(self, t, a)[1]))
     assert tiny_build.world_fingerprint(shipped) != before
+
+
+FAMILIES = ["rules", "math", "locate"]
+
+
+def _no_build(tmp_path, monkeypatch) -> list[Path]:
+    """An empty cache, a build that fails the test if it starts, and the folders `--model tiny`
+    resolved to (appended as commands resolve them)."""
+    from agentrl_cli.train import tiny_build
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tiny_build, "publish_build",
+                        lambda *a, **k: pytest.fail("a tiny build started"))
+    used: list[Path] = []
+    ensure = tiny_build.ensure_tiny
+    monkeypatch.setattr(tiny_build, "ensure_tiny",
+                        lambda recipe, log=print: used.append(ensure(recipe, log)) or used[-1])
+    return used
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_eval_env_name_starts_from_the_shipped_agent(family, tmp_path, monkeypatch):
+    """`agentrl eval --env NAME` on an empty cache loads the agent that ships for NAME: the
+    benchmark entry named like the env sets the world it was built on (benchmarks.yaml)."""
+    used = _no_build(tmp_path, monkeypatch)
+    r = CliRunner().invoke(app, ["eval", "--env", family, "--tasks", "1", "--n", "1"])
+    assert r.exit_code == 0, r.output
+    assert used == [tiny.SHIPPED / family] and "building" not in r.output
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_benchmark_name_starts_from_the_shipped_agent(family, tmp_path, monkeypatch):
+    """`--benchmark NAME` (here with `agentrl rollout`) finds the same shipped agent, and train's
+    config resolves to it too."""
+    used = _no_build(tmp_path, monkeypatch)
+    r = CliRunner().invoke(app, ["rollout", "--benchmark", family, "--n", "1", "--split", "eval",
+                                 "--out", str(tmp_path / "e.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert used == [tiny.SHIPPED / family]
+    for cfg in (load_config(None, None, family), load_config(None, None, method="grpo",
+                                                             env=family)):
+        assert tiny.shipped_path(tiny_recipe(cfg)) == tiny.SHIPPED / family
+
+
+def test_a_world_no_agent_ships_for_says_the_measured_time_and_the_way_around(tmp_path, monkeypatch):
+    """Where nothing ships, the line before the build gives the shipped builds' measured times
+    (their recipe.json) and the `--set` that reaches the env's shipped agent."""
+    from agentrl_cli.train import tiny_build
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+
+    def stop(*a, **k):
+        raise SystemExit(7)
+    monkeypatch.setattr(tiny_build, "publish_build", stop)
+    r = CliRunner().invoke(app, ["eval", "--env", "rules", "--set", "env.n_train=595",
+                                 "--tasks", "1", "--n", "1"])
+    assert r.exit_code == 7, r.output
+    line = " ".join(r.output.split())
+    secs = sorted(json.loads(p.read_text())["build_seconds"]
+                  for p in tiny.SHIPPED.glob("*/recipe.json")
+                  if json.loads(p.read_text())["recipe"]["max_steps"] == 4800)
+    assert f"took {secs[0] / 60:.0f}-{secs[-1] / 60:.0f} min each" in line, line
+    rules = json.loads((tiny.SHIPPED / "rules" / "recipe.json").read_text())["build_seconds"]
+    assert f"('rules' {rules / 60:.0f} min)" in line
+    assert "--set env.n_train=10000 starts from it at once" in line
+
+
+def test_build_threads_follow_the_option_then_omp_num_threads(monkeypatch):
+    from agentrl_cli.train.tiny_build import BUILD_THREADS, build_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert build_threads() == BUILD_THREADS == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert build_threads() == 1 and build_threads(3) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert build_threads() == BUILD_THREADS
+
+
+def test_build_tiny_respects_the_machine_and_ends_with_the_whole_train_command(tmp_path, monkeypatch):
+    """`--threads` (over OMP_NUM_THREADS) sets the build's torch threads; a measured estimate
+    comes after the first warm-up steps, before any later progress line; the closing hint
+    trains on the build in its own world (--env and the env.* settings)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    out = tmp_path / "b"
+    sets = [a for s in MICRO + ["model.tiny_warmup_steps=25"] for a in ("--set", s)]
+    r = CliRunner().invoke(app, ["build-tiny", "--out", str(out), "--threads", "1", *sets])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "on 1 thread(s)" in lines[0] and lines[1].startswith("tiny: building on 1 torch thread")
+    est = [i for i, ln in enumerate(lines) if "s a step on 1 thread(s), measured" in ln]
+    assert len(est) == 1 and "at most 25 steps: about" in lines[est[0]]
+    assert not any(ln.startswith("tiny: warm-up step") for ln in lines[:est[0]])
+    assert json.loads((out / "recipe.json").read_text())["threads"] == 1
+    assert lines[-1] == f"train on it: agentrl train --model {out} --env search --set env.max_turns=3"
+    r = CliRunner().invoke(app, ["build-tiny", "--out", str(tmp_path / "c"), "--threads", "0"])
+    assert r.exit_code == 2

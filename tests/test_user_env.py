@@ -325,11 +325,12 @@ def test_an_expert_rollout_builds_no_model(tmp_path, monkeypatch):
     from agentrl_cli.models.tiny import is_built, tiny_path
 
     monkeypatch.setattr(tb, "ensure_model", lambda *a, **k: pytest.fail("a model was built"))
-    cfg = config.load(sets=["env.name=locate"])
+    # a world no agent ships for (`--env locate` alone loads the shipped locate agent)
+    cfg = config.load(sets=["env.name=locate", "env.n_train=600", "env.max_turns=8"])
     assert not is_built(tiny_path(tiny_recipe(cfg)))
     out = tmp_path / "e.jsonl"
-    res = runner.invoke(app, ["rollout", "--env", "locate", "--policy", "expert", "--n", "8",
-                              "--out", str(out)])
+    res = runner.invoke(app, ["rollout", "--env", "locate", "--set", "env.n_train=600",
+                              "--policy", "expert", "--n", "8", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "byte-level" in res.output and "no model is built" in res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -13,7 +13,7 @@ from typing import Any, get_type_hints
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "tiny"
-    """`tiny` (the built-in agent: shipped with the package for `search` and `search-long`, built once and cached for other envs), a local Hugging Face folder, or a hub id."""
+    """`tiny` (the built-in agent: shipped with the package for `search`, `math`, `rules`, `locate` and the `search-long` and `allocation-*` benchmarks, each for the world its benchmarks.yaml entry sets; built once and cached for other envs and worlds), a local Hugging Face folder, or a hub id."""
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     attention: str = "sdpa"

@@ -4,9 +4,10 @@
 `check_env(make_spec)` builds specs with `make_spec(seed)` and returns a list of problems, one
 line each, `"<check>: <what is wrong>"` (empty: the env passes), plus facts for a summary
 (`EnvReport`). `progress`, if given, hears one line as each check starts, so an env that hangs
-shows where. Every `reset` and `step` runs under `timeout_s` (`envs.guard.call_with_timeout`):
-one that does not return stops the check with a one-line `EnvContractError` naming the check,
-the task and the step. The checks, in the order they run:
+shows where. Building the spec (the factory), listing a split's tasks, and every `reset` and
+`step` run under `timeout_s` (`envs.guard.call_with_timeout`): one that does not return stops
+the check with a one-line `EnvContractError` naming the check (and the task and step). The
+checks, in the order they run:
 
   spec         the factory's result has `make()` and `tasks(split, n)`
   tasks        train and eval splits: non-empty lists of `Task`s (str task_id, prompt, answer),
@@ -122,6 +123,16 @@ def _timed(fn, arg, report: EnvReport, what: str):
                                report.steps if what.startswith("step") else "reset") from None
 
 
+def _bounded(fn, arg, report: EnvReport, what: str):
+    """`fn(arg)` (building a spec, listing tasks) under the report's timeout: a factory or a
+    task list that never returns is a one-line `EnvContractError`, as a hung step is."""
+    try:
+        return call_with_timeout(fn, arg, report.timeout_s)
+    except StepTimeout as e:
+        raise EnvContractError("?", f"{what} {e} (env.step_timeout_s) during the "
+                                    f"{report.check} check") from None
+
+
 def _step(env, action: str, report: EnvReport, check: str = "types", where: str = ""):
     """env.step(action), its result checked; None when it raised or returned the wrong thing
     (reported under `check`, the step described as `where`)."""
@@ -174,7 +185,9 @@ def _check_tasks(spec, report: EnvReport) -> dict[str, list]:
     out = {}
     for split in ("train", "eval"):
         try:
-            tasks = spec.tasks(split)
+            tasks = _bounded(spec.tasks, split, report, f"tasks({split!r})")
+        except EnvContractError:
+            raise
         except ConfigError as e:   # a declared refusal: an evaluation-only env has no train split
             if split != "train":
                 report.add("tasks", f"tasks({split!r}) raised {_err(e)}")
@@ -422,8 +435,10 @@ def difference(got: Any, want: Any, path: str = "its snapshot()", depth: int = 0
 def _check_determinism(make_spec, seed: int, first, tasks, report: EnvReport,
                        rng: random.Random) -> None:
     try:
-        other = make_spec(seed)
-        again = {s: other.tasks(s) for s in tasks}
+        other = _bounded(make_spec, seed, report, "building a second spec (its factory)")
+        again = {s: _bounded(other.tasks, s, report, f"tasks({s!r})") for s in tasks}
+    except EnvContractError:
+        raise
     except Exception as e:  # noqa: BLE001
         report.add("determinism", f"a second spec from seed {seed} raised {_err(e)}")
         return
@@ -494,7 +509,9 @@ def _open(make_spec, seed: int, report: EnvReport, progress: Callable[[str], Non
     checks cannot run."""
     progress("spec: building it from the factory")
     try:
-        spec = make_spec(seed)
+        spec = _bounded(make_spec, seed, report, "building the spec (its factory)")
+    except EnvContractError:
+        raise
     except Exception as e:  # noqa: BLE001
         report.add("spec", f"building the spec raised {_err(e)}")
         return None

@@ -28,6 +28,7 @@ import math
 import queue
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -135,18 +136,30 @@ class _Worker:
 _IDLE: list[_Worker] = []            # workers free for the next call (any thread takes one)
 
 
-def call_with_timeout(fn: Callable[[Any], Any], arg: Any, timeout_s: float) -> Any:
+def call_with_timeout(fn: Callable[[Any], Any], arg: Any, timeout_s: float,
+                      slow: tuple[float, Callable[[], None]] | None = None) -> Any:
     """`fn(arg)`, or `StepTimeout` when it has not returned after `timeout_s` seconds (0: no
-    timeout, called directly). An exception inside `fn` is raised here, unchanged."""
-    if not timeout_s:
+    timeout, called directly unless `slow` is given). An exception inside `fn` is raised here,
+    unchanged. `slow` = (seconds, callback): once the call has taken that long the callback
+    runs (a progress line: a quick call says nothing) and the wait goes on."""
+    if not timeout_s and slow is None:
         return fn(arg)
     try:
         worker = _IDLE.pop()
     except IndexError:
         worker = _Worker()
     worker.inbox.put((fn, arg))
+    t0 = time.monotonic()
     try:
-        ok, value = worker.outbox.get(timeout=timeout_s)
+        if slow is not None and (not timeout_s or slow[0] < timeout_s):
+            try:
+                ok, value = worker.outbox.get(timeout=slow[0])
+            except queue.Empty:
+                slow[1]()
+                rest = None if not timeout_s else max(0.0, timeout_s - (time.monotonic() - t0))
+                ok, value = worker.outbox.get(timeout=rest)
+        else:
+            ok, value = worker.outbox.get(timeout=timeout_s)
     except queue.Empty:
         raise StepTimeout(f"did not return within {timeout_s:g} s") from None
     _IDLE.append(worker)

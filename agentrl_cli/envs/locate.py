@@ -243,18 +243,25 @@ def _tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train: int,
            n_eval: int, repos: str = "per-task") -> dict[str, tuple[Task, ...]]:
     if repos == "shared":
         return _shared_tasks(seed, n_files, min_hops, max_hops, n_train, n_eval)
-    out: dict[str, tuple[Task, ...]] = {}
-    for split, n in (("train", n_train), ("eval", n_eval)):   # different repositories
-        tasks = []
-        for i in range(n):
-            key = f"{seed}-{split}-{i}"
-            repo = _repo(key, n_files)
-            rng = random.Random(f"locate-task-{key}-{n_files}-{min_hops}-{max_hops}")
-            hops = rng.randint(min_hops, max_hops)
-            entry = rng.choice(sorted(fn for fn, d in repo.depth.items() if d == hops))
-            tasks.append(_task(split, i, key, repo, entry))
-        out[split] = tuple(tasks)
-    return out
+    return {split: _split_tasks(seed, n_files, min_hops, max_hops, split, n)
+            for split, n in (("train", n_train), ("eval", n_eval))}
+
+
+@functools.lru_cache(maxsize=32)
+def _split_tasks(seed: int, n_files: int, min_hops: int, max_hops: int, split: str,
+                 n: int) -> tuple[Task, ...]:
+    """The first `n` tasks of a split with per-task repositories: task i depends on its split
+    and index only (its own repository), so a split is made without the other and a prefix
+    without the rest (10,000 training repositories take about 15 s; an eval needs none)."""
+    tasks = []
+    for i in range(n):
+        key = f"{seed}-{split}-{i}"
+        repo = _repo(key, n_files)
+        rng = random.Random(f"locate-task-{key}-{n_files}-{min_hops}-{max_hops}")
+        hops = rng.randint(min_hops, max_hops)
+        entry = rng.choice(sorted(fn for fn, d in repo.depth.items() if d == hops))
+        tasks.append(_task(split, i, key, repo, entry))
+    return tuple(tasks)
 
 
 def _shared_tasks(seed: int, n_files: int, min_hops: int, max_hops: int, n_train: int,
@@ -296,10 +303,17 @@ class LocateEnv(CallEnv):
     def _load(self) -> None:
         # the repository is rebuilt (cached) from the task, never snapshotted; the numbered
         # results live in the history, so a restored state refers to its own
-        self.repo: Repo | None = None if self.task is None else _repo(self.task.meta["repo"],
-                                                                      self.task.meta["n_files"])
+        self._built_repo: Repo | None = None
         self._new_listing: tuple[str, ...] | None = None
         self._new_lines: tuple[int, ...] | None = None
+
+    @property
+    def repo(self) -> Repo | None:
+        """The task's repository, made on its first use (a reset alone, such as the prompt
+        checks before a run, does not build 10,000 of them)."""
+        if getattr(self, "_built_repo", None) is None and self.task is not None:
+            self._built_repo = _repo(self.task.meta["repo"], self.task.meta["n_files"])
+        return getattr(self, "_built_repo", None)
 
     def _latest(self) -> dict | None:
         """The history entry of the latest `ls` or `grep` that ran (None before any)."""
@@ -478,6 +492,10 @@ class LocateSpec:
     def tasks(self, split: str, n: int | None = None) -> list[Task]:
         if split not in ("train", "eval"):
             raise ConfigError(f"unknown split '{split}'; valid: train, eval")
+        size = self.n_train if split == "train" else self.n_eval
+        if self.repos == "per-task":     # only the split asked for, only as far as asked
+            return list(_split_tasks(self.seed, self.n_files, self.min_hops, self.max_hops,
+                                     split, size if n is None else max(0, min(n, size))))
         all_tasks = _tasks(self.seed, self.n_files, self.min_hops, self.max_hops,
                            self.n_train, self.n_eval, self.repos)[split]
         return list(all_tasks if n is None else all_tasks[:n])

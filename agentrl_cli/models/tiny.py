@@ -4,8 +4,10 @@ A tiny model is a locally trained tokenizer and a small Qwen3-architecture model
 *imperfect* expert demonstrations of a built-in env. Everything is built from the recipe below
 and the seed (no hub access), saved as an ordinary Hugging Face folder (so `--model tiny` and
 `--model /path` load through the same code), and cached under `$AGENTRL_CACHE` (default
-`~/.cache/agentrl`) keyed by a hash of the recipe. The builds of the default `search` env and
-of its long-horizon variant ship with the package (`shipped/`, found by the same key): their
+`~/.cache/agentrl`) keyed by a hash of the recipe. The builds of every built-in family
+(`search` and its long-horizon variant, `math`, `rules`, `locate`, the two `allocation`
+settings) ship with the package (`shipped/`, found by the same key; the benchmarks.yaml entry
+named like an env sets the world its build was made for): their
 start is then the same on every machine, whatever its float kernels and thread count, and the
 first command trains at once. Building it (corpus, supervised warm-up,
 held-out check, critic fit) is training: `train/tiny_build.py`, which documents the schedule.
@@ -138,14 +140,45 @@ SHIPPED = Path(__file__).parent / "shipped"   # builds that ship with the packag
 def shipped_path(recipe: TinyRecipe) -> Path | None:
     """The build of `recipe` that ships with the package (its `recipe.json` holds the same key),
     or None: the recipe is then built once into the cache."""
+    key = recipe.key()
+    return next((folder for folder, info in shipped_builds() if info.get("key") == key), None)
+
+
+# the recipe fields a config sets (`models.loading.tiny_recipe`) under their config keys
+RECIPE_CONFIG_KEYS = {"max_steps": "model.tiny_warmup_steps",
+                      "target_success": "model.tiny_target_success",
+                      "error_rate": "model.tiny_error_rate"}
+
+
+def shipped_builds() -> list[tuple[Path, dict]]:
+    """(folder, its recipe.json) of every build that ships with the package."""
+    out = []
     for rec in sorted(SHIPPED.glob("*/recipe.json")):
         try:
-            key = json.loads(rec.read_text()).get("key")
+            out.append((rec.parent, json.loads(rec.read_text())))
         except (OSError, ValueError):
             continue
-        if key == recipe.key():
-            return rec.parent
-    return None
+    return out
+
+
+def nearest_shipped(recipe: TinyRecipe) -> tuple[Path, list[str]] | None:
+    """The shipped build of the same env that the fewest `--set KEY=VALUE` reach from `recipe`
+    (folder, those settings), or None: none of the env ships, or only builds that differ in
+    what a config does not set."""
+    env_keys = {ENV_KEYS.get(f.name, f.name): f"env.{f.name}" for f in fields(EnvConfig)}
+    ours, best = recipe.flat(), None
+    for folder, info in shipped_builds():
+        built = info.get("recipe") or {}
+        if built.get("env") != recipe.env.name:
+            continue
+        keys = sorted(set(built) | set(ours))
+        diff = [k for k in keys if built.get(k, LATER_FIELDS.get(k)) != ours.get(k, LATER_FIELDS.get(k))]
+        if any(k == "options" or (k not in env_keys and k not in RECIPE_CONFIG_KEYS) for k in diff):
+            continue
+        sets = [f"{env_keys.get(k) or RECIPE_CONFIG_KEYS[k]}={built[k]}" for k in diff]
+        if best is None or len(sets) < len(best[1]):
+            best = (folder, sets)
+    return best
 
 
 def cache_path(recipe: TinyRecipe) -> Path:

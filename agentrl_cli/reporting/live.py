@@ -1,4 +1,5 @@
-"""The live training display: a rich progress bar on a terminal, one line per step otherwise."""
+"""The live training display: a rich progress bar on a terminal, one line per step otherwise
+(each with the step's seconds and the run's ETA at its pace so far)."""
 from __future__ import annotations
 
 import time
@@ -9,14 +10,14 @@ from rich.table import Table
 
 
 class TrainProgress:
-    def __init__(self, console: Console):
-        self.console = console
+    def __init__(self, console: Console, clock=time.time):
+        self.console, self.clock = console, clock
         self.live = console.is_terminal
         self.progress = None
         self.task = None
 
     def start(self, total: int, done: int) -> None:
-        self.t0, self.done0 = time.time(), done
+        self.t0, self.done0, self.total = self.clock(), done, total
         if self.live:
             self.progress = Progress(
                 TextColumn("[bold]step {task.completed}/{task.total}"), BarColumn(),
@@ -34,11 +35,29 @@ class TrainProgress:
         if self.progress is not None:
             self.progress.update(self.task, completed=step, info=info)
         else:
-            self.console.print(f"step {step}  {info}  ({row['time/step']:.1f}s)", highlight=False)
+            # one line per step however narrow the console (a log or a pipe reads 80 columns)
+            self.console.print(f"step {step}  {info}  ({row['time/step']:.1f}s, ETA "
+                               f"{self.eta(step)})", highlight=False, soft_wrap=True)
+
+    def eta(self, step: int) -> str:
+        """The time left at the pace of this run's steps so far (checks included): '1m05s'."""
+        done = step - self.done0
+        left = (self.clock() - self.t0) / done * (self.total - step) if done > 0 else 0.0
+        return duration(left)
 
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def duration(seconds: float) -> str:
+    """'42s', '3m05s', '1h02m'."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def with_se(value: float, se: float | None, digits: int = 3) -> str:

@@ -54,6 +54,8 @@ BUILD_THREADS = 2
 # passes it goes back to a snapshot since the check before (`_walk_back`)
 CEILING = 0.5
 SNAPSHOTS = 32        # at most this many snapshots before the first check
+ESTIMATE_STEPS = 20   # the warm-up's time estimate: after this many steps, or
+ESTIMATE_S = 5.0      # after this many seconds if sooner
 BUILD_LOCK = ".building"      # held (flock) by a live builder inside its temp folder
 _BUILD_TMP = re.compile(r"^tiny-[^.]+\.[a-z0-9_]{8}$")
 
@@ -174,17 +176,40 @@ def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
             f"({stale}): building it again")
         shutil.rmtree(path)
     if recipe.max_steps > 0:
-        log(f"tiny: building the tiny agent for env '{recipe.env.name}' (recipe key "
-            f"{recipe.key()}; no build of it ships with the package) into {path}: a supervised "
-            f"warm-up of up to {recipe.max_steps} steps, about 5 minutes on an idle 2-core "
-            f"machine, much longer on a busy one; progress every {recipe.eval_every} steps. "
-            f"It is built once and cached. To skip it: --model PATH (any local Hugging Face "
-            f"folder) or a shorter warm-up (--set model.tiny_warmup_steps=N)")
+        log(build_notice(recipe, path))
     publish_build(recipe, path, log)
     return path
 
 
-def publish_build(recipe: TinyRecipe, path: Path, log: Callable[[str], None] = print) -> dict:
+def build_notice(recipe: TinyRecipe, path: Path) -> str:
+    """The line before a build: why it runs, how long the shipped builds took (measured, their
+    recipe.json), and the command that avoids it (a shipped build of the same env a few
+    `--set`s away, else --model PATH or a shorter warm-up)."""
+    from ..models.tiny import nearest_shipped, shipped_builds
+
+    took = sorted((info["build_seconds"], folder.name) for folder, info in shipped_builds()
+                  if info.get("build_seconds") and info.get("recipe", {}).get("max_steps") ==
+                  recipe.max_steps)
+    same = [f"'{name}' {sec / 60:.0f} min" for sec, name in took
+            if name == recipe.env.name]
+    span = (f"the shipped builds of up to {recipe.max_steps} steps took "
+            f"{took[0][0] / 60:.0f}-{took[-1][0] / 60:.0f} min each, median "
+            f"{took[len(took) // 2][0] / 60:.0f}, on 2 threads"
+            + (f" ({same[0]})" if same else "") + " (their recipe.json), longer on a busy machine"
+            if took else "its time is estimated from its first measured warm-up steps below")
+    near = nearest_shipped(recipe)
+    avoid = (f"the package ships '{near[0].name}' for env '{recipe.env.name}': "
+             + " ".join(f"--set {s}" for s in near[1]) + " starts from it at once; or "
+             if near and near[1] else "")
+    return (f"tiny: building the tiny agent for env '{recipe.env.name}' (recipe key "
+            f"{recipe.key()}; no build of it ships with the package) into {path}: a supervised "
+            f"warm-up of up to {recipe.max_steps} steps; {span}. It is built once and cached. "
+            f"To skip it: {avoid}--model PATH (any local Hugging Face folder), or a shorter "
+            f"warm-up (--set model.tiny_warmup_steps=N)")
+
+
+def publish_build(recipe: TinyRecipe, path: Path, log: Callable[[str], None] = print,
+                  threads: int | None = None) -> dict:
     """Build `recipe` into `path`: in a locked temp folder beside it, renamed into place when
     complete (a concurrent builder of the same recipe may win the rename: its build is kept)."""
     import fcntl
@@ -194,7 +219,7 @@ def publish_build(recipe: TinyRecipe, path: Path, log: Callable[[str], None] = p
     fd = os.open(tmp / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        info = build_tiny(recipe, tmp, log)
+        info = build_tiny(recipe, tmp, log, threads)
         (tmp / BUILD_LOCK).unlink()       # not part of the model; still held through fd
         try:
             os.replace(tmp, path)  # atomic publish; a concurrent builder may have won
@@ -207,7 +232,8 @@ def publish_build(recipe: TinyRecipe, path: Path, log: Callable[[str], None] = p
     return info
 
 
-def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
+def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print,
+            threads: int | None = None) -> dict:
     """`agentrl build-tiny`: remake `recipe` from scratch into the new folder `out`, and compare
     it with the build that ships with the package (if one does) -> the build's `recipe.json`
     plus `shipped` (its folder) and `identical` (the same weights, byte for byte)."""
@@ -219,7 +245,7 @@ def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -
         raise ConfigError(f"--out {out} exists and is not empty: give a new folder")
     if out.exists():
         out.rmdir()                          # empty: published by rename below
-    info = publish_build(recipe, out.resolve(), log)
+    info = publish_build(recipe, out.resolve(), log, threads)
     shipped = shipped_path(recipe)
     info["shipped"] = None if shipped is None else str(shipped)
     info["identical"] = None if shipped is None else (
@@ -323,28 +349,48 @@ def _decay(recipe: TinyRecipe, step: int) -> float:
     raise ValueError(f"unknown lr_schedule '{recipe.lr_schedule}' (constant, cosine)")
 
 
-def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
-    """Build on `BUILD_THREADS` torch threads: float reductions depend on the thread count, so
-    fixing it makes the same recipe give the same model on any machine (a laptop defaults to
-    more threads than a 2-core CI box). Two: 1.8x faster than one on an idle 2-core machine
+def build_threads(threads: int | None = None) -> int:
+    """The torch threads of a build: `threads` (`agentrl build-tiny --threads`), else
+    `OMP_NUM_THREADS` when it is a positive whole number, else `BUILD_THREADS`."""
+    if threads is not None:
+        return max(1, int(threads))
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else BUILD_THREADS
+
+
+def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print,
+               threads: int | None = None) -> dict:
+    """Build on `build_threads(threads)` torch threads (default `BUILD_THREADS`, the shipped
+    builds' count): float reductions depend on the thread count, so a fixed count makes the
+    same recipe give the same model on any machine (a laptop defaults to more threads than a
+    2-core CI box). Two: 1.8x faster than one on an idle 2-core machine
     (`benchmarks/bench_warmup_step.py`); on a busy one the two OpenMP threads can stall each
-    other, so `benchmarks/warmup_variants.py` runs its side-by-side builds on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(BUILD_THREADS)
+    other, so `OMP_NUM_THREADS=1` (or `--threads 1`) builds on one, as
+    `benchmarks/warmup_variants.py` runs its side-by-side builds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(build_threads(threads))
     try:
         return _build_tiny(recipe, out, log)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
-def _corpus(recipe: TinyRecipe, spec, worlds, n_train: int, rng: random.Random) -> list[str]:
+def _corpus(recipe: TinyRecipe, spec, worlds, n_train: int, rng: random.Random,
+            log: Callable[[str], None] = print) -> list[str]:
     """The tokenizer's training texts: expert transcripts (perfect and imperfect, alternately)
-    of training tasks of every world, and the chat roles."""
+    of training tasks of every world, and the chat roles. After `ESTIMATE_S` seconds one line
+    says how far it is and how long the rest takes at the measured pace."""
     texts: list[str] = []
     probe_env = spec.make()
     texts.append(probe_env.system_prompt)
     per_world = max(1, n_train // len(worlds))
+    total, t0, said = sum(len(ts[:per_world]) for _, ts in worlds), time.time(), False
     for i, (w, task) in enumerate((w, t) for w, ts in worlds for t in ts[:per_world]):
+        if not said and i and time.time() - t0 > ESTIMATE_S:
+            spent = time.time() - t0
+            said = log(f"tiny: tokenizer corpus: {i}/{total} expert transcripts in {spent:.0f}s "
+                       f"(about {spent / i * (total - i):.0f}s more, measured; then "
+                       f"{recipe.demos} demonstrations and the warm-up)") or True
         env = w.make()
         texts.append(env.reset(task))
         for _ in range(recipe.env.max_turns):
@@ -422,12 +468,14 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
     best = (-1.0, 0, None)          # (dev success, step, state)
     since: list[tuple[int, dict]] = []   # snapshots since the last check, for `_walk_back`
     every = max(1, recipe.eval_every // 8, recipe.eval_start // SNAPSHOTS)
-    step = 0
+    step, estimated = 0, False
     for step in range(1, recipe.max_steps + 1):
         lr = recipe.lr * min(1.0, step / 20) * _decay(recipe, step)
         # demos are sorted by length, so a batch of neighbours wastes little on padding
         start = rng.randrange(len(demos) - recipe.batch_size + 1)
         loss = _sft_step(model, opt, demos[start:start + recipe.batch_size], fmt, recipe, lr)
+        if not estimated and (step == ESTIMATE_STEPS or time.time() - t0 > ESTIMATE_S):
+            estimated = log(warmup_estimate(recipe, step, time.time() - t0)) or True
         if step % recipe.eval_every == 0 and step < recipe.eval_start:
             spent = time.time() - t0
             log(f"tiny: warm-up step {step}/{recipe.max_steps} loss {float(loss.detach()):.3f} "
@@ -456,6 +504,18 @@ def _warm_up(recipe: TinyRecipe, model, engine, fmt, spec, demos, dev_tasks,
     if best[0] < recipe.target_success:
         log(not_reached(recipe, best[0], best[1]))
     return best[1], best[0], history
+
+
+def warmup_estimate(recipe: TinyRecipe, step: int, spent: float) -> str:
+    """The warm-up's first progress line: the time of its first `step` steps, measured, and
+    what it gives for the whole warm-up (the dev checks come on top)."""
+    per = spent / max(step, 1)
+    checks = (f", plus a dev check every {recipe.eval_every} steps from step "
+              f"{recipe.eval_start} (it stops at the first that reaches "
+              f"{recipe.target_success:.2f})" if recipe.eval_start < recipe.max_steps else "")
+    return (f"tiny: warm-up step {step}/{recipe.max_steps}: {per:.2f}s a step on "
+            f"{torch.get_num_threads()} thread(s), measured; at most {recipe.max_steps} steps: "
+            f"about {per * recipe.max_steps / 60:.1f} min{checks}")
 
 
 def _state(model) -> dict:
@@ -512,6 +572,8 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     from ..models.chat import ChatFormat
 
     t0 = time.time()
+    log(f"tiny: building on {torch.get_num_threads()} torch thread(s): the env's tasks, then a "
+        f"tokenizer on expert transcripts, {recipe.demos} demonstrations and the warm-up")
     spec = recipe_spec(recipe)
     rng = random.Random(recipe.seed)
     train_tasks = spec.tasks("train")
@@ -520,7 +582,8 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     worlds = _demo_worlds(recipe, spec)
 
     # 1. tokenizer, trained on expert transcripts (perfect and imperfect) of training tasks
-    tok = train_tokenizer(_corpus(recipe, spec, worlds, len(train_tasks), rng), recipe.vocab_size)
+    tok = train_tokenizer(_corpus(recipe, spec, worlds, len(train_tasks), rng, log),
+                          recipe.vocab_size)
     fmt = ChatFormat.from_tokenizer(tok)
     log(f"tiny: tokenizer trained ({len(tok)} tokens) in {time.time() - t0:.1f}s")
 
@@ -532,6 +595,7 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
     # 3. warm-up on imperfect demonstrations
     demos = _demonstrations(recipe, worlds, fmt, rng)
     demo_success = sum(e.success for e in demos) / len(demos)
+    log(f"tiny: {len(demos)} demonstrations recorded ({time.time() - t0:.0f}s so far)")
     demos.sort(key=lambda e: len(e.token_ids))
     engine = HFEngine(model, fmt.pad_id)
     gen = torch.Generator().manual_seed(recipe.seed)
@@ -555,7 +619,7 @@ def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = prin
             f"own episodes (success {critic['success']:.2f}, MSE {critic['mse']:.3f} vs "
             f"{critic['mse_const']:.3f} for a constant)")
     info = {"recipe": recipe.flat(), "key": recipe.key(), "world": world_fingerprint(recipe),
-            "params": n_params,
+            "params": n_params, "threads": torch.get_num_threads(),
             "warmup_steps": step, "dev_success": dev_success, "base_success": success,
             "demo_success": demo_success,
             "history": history, "critic": critic, "build_seconds": time.time() - t0}
