@@ -56,6 +56,16 @@ def micro_policy(_cache):
     return model, tok, fmt, make_spec(cfg)
 
 
+@pytest.fixture(scope="session")
+def model_dir(_cache):
+    """The micro tiny model's folder (the search env's, no warm-up): a policy for any env, as
+    its byte-level tokenizer encodes any text."""
+    from agentrl_cli import config
+    from agentrl_cli.train.tiny_build import ensure_model
+
+    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
+
+
 def random_value_head(model, seed: int = 0):
     """A seeded critic head for FOCUS tests: values near 0.5 (distinct per state), away from the
     0/1 outcomes of the untrained micro model, so its trees always branch (std 0.3 clamped some

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentrl_cli import api, config
+from agentrl_cli import api
 from agentrl_cli.cli.main import app
 from agentrl_cli.envs import ENVS, plugins
 from agentrl_cli.envs.base import make_env_spec
@@ -46,14 +46,6 @@ def trl_format(prompts, completions, gold, **kwargs):
     TRL_CALLS.append({"prompts": prompts, "completions": completions, "gold": gold,
                       "keys": sorted(kwargs)})
     return [1.0 if c and c[0]["role"] == "assistant" else 0.0 for c in completions]
-
-
-@pytest.fixture(scope="module")
-def model_dir(_cache):
-    """The micro tiny model of the search env (its byte-level tokenizer encodes any text)."""
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=quiet)
 
 
 def _rows(run: Path) -> list[dict]:

@@ -179,21 +179,15 @@ def walk(tmp_path):
     return f"{f}:make"
 
 
-@pytest.fixture(scope="module")
-def model_dir(_cache):
-    """The micro tiny model (its byte-level tokenizer encodes any text)."""
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
-
-
 def _sets(*extra):
     return [a for s in [*MICRO, *extra] for a in ("--set", s)]
 
 
 def _error_line(res, *needles):
-    """Exit 2 and a last line `error: ...` holding every needle; the one error line."""
+    """Exit 2, no traceback, and a last line `error: ...` holding every needle; the one error
+    line."""
     assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
     lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error: ")]
     assert len(errors) == 1 and errors[0] == lines[-1], res.output

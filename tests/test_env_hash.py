@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentrl_cli import config
 from agentrl_cli.cli.main import app
 from agentrl_cli.train.run_folder import MARKER
 from conftest import MICRO
@@ -39,13 +38,6 @@ def _sha(p: Path) -> str:
 def _snapshot(folder: Path) -> dict:
     return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
             for p in folder.rglob("*")}
-
-
-@pytest.fixture(scope="module")
-def model_dir(_cache):
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
 
 
 @pytest.fixture(scope="module")

@@ -54,14 +54,6 @@ def spec():
 
 
 @pytest.fixture(scope="module")
-def model_dir(_cache):
-    """The micro tiny model of the search env (its byte-level tokenizer encodes any text)."""
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
-
-
-@pytest.fixture(scope="module")
 def qwen3_dir(tmp_path_factory):
     """A random Qwen3 model with the Hermes template (as test_tool_formats builds it)."""
     import torch

@@ -34,14 +34,6 @@ SMALL = ["env.n_train=16", "env.n_eval=4"]
 
 
 @pytest.fixture(scope="module")
-def model_dir(_cache):
-    """The micro tiny model of the search env (no warm-up): the policy for the served env."""
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
-
-
-@pytest.fixture(scope="module")
 def served():
     """`agentrl serve-env search --port 0` in a subprocess: its URL, read from its first line."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

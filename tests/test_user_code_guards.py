@@ -14,13 +14,12 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from agentrl_cli import config
 from agentrl_cli.cli.main import app
 from agentrl_cli.envs.base import StepResult
 from agentrl_cli.envs.tool_calls import TOOL_FORMATS, ToolCallEnv, ToolCallError, function_tool, read_call
 from agentrl_cli.rollout.rewards import RewardFn, apply_rewards
 from agentrl_cli.types import Episode
-from conftest import MICRO
+from test_env_boundary import _error_line, _sets
 
 runner = CliRunner()
 
@@ -115,30 +114,6 @@ def world(tmp_path):
     f = tmp_path / "world_env.py"
     f.write_text(WORLD)
     return f"{f}:make"
-
-
-@pytest.fixture(scope="module")
-def model_dir(_cache):
-    """The micro tiny model (its byte-level tokenizer encodes any text)."""
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
-
-
-def _sets(*extra):
-    return [a for s in [*MICRO, *extra] for a in ("--set", s)]
-
-
-def _error_line(res, *needles):
-    """Exit 2, no traceback, and a last line `error: ...` holding every needle."""
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("error: ")]
-    assert len(errors) == 1 and errors[0] == lines[-1], res.output
-    for needle in needles:
-        assert needle in errors[0], res.output
-    return errors[0]
 
 
 # ------------------------------------------------------------------ the env's other calls

@@ -65,15 +65,6 @@ def _one_line_error(res, needle):
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.output
 
 
-@pytest.fixture(scope="module")
-def model_dir(_cache):
-    """A model folder for an env without a scripted expert: the micro tiny model of the
-    search env (its byte-level tokenizer encodes any text)."""
-    from agentrl_cli.train.tiny_build import ensure_model
-
-    return ensure_model(config.load(sets=MICRO), log=lambda s: None)
-
-
 @pytest.fixture
 def broken(tmp_path):
     f = tmp_path / "broken_env.py"
