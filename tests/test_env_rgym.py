@@ -187,3 +187,22 @@ def test_training_from_the_python_api(tmp_path):
                                 "env.options.min_animals=2", "env.options.max_animals=2"])
     summary = api.train(cfg, tmp_path / "run")
     assert (tmp_path / "run" / "metrics.jsonl").exists() and summary is not None
+
+
+@pytest.mark.parametrize("name", ["chain-sum", "leg-counting"])
+def test_the_example_cpu_files_load_their_worlds(name):
+    """The CPU files of the results page's reasoning-gym table load, and their generator options
+    reach the world (3-4 terms of 1-2 digits; 2-3 kinds of animals)."""
+    from pathlib import Path
+
+    from agentrl_cli import config
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "reasoning-gym" / f"{name}-cpu.yaml"
+    cfg = config.load(str(path), sets=["env.n_train=50"])
+    spec = make_env_spec(cfg.env)
+    assert spec.name == f"reasoning-gym:{name.replace('-', '_')}" and len(spec.tasks("train")) == 50
+    meta = spec.tasks("train")[0].meta["entry"]["metadata"]
+    if name == "chain-sum":
+        assert 3 <= len(meta["expression"].split()[::2]) <= 4
+    else:
+        assert 2 <= len(meta["animals"]) <= 3
