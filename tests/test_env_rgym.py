@@ -206,3 +206,15 @@ def test_the_example_cpu_files_load_their_worlds(name):
         assert 3 <= len(meta["expression"].split()[::2]) <= 4
     else:
         assert 2 <= len(meta["animals"]) <= 3
+
+
+def test_without_reasoning_gym_installed_the_env_is_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)     # as if not installed
+    R._rg.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="needs reasoning-gym: pip install reasoning-gym"):
+            spec_of("chain_sum")
+    finally:
+        R._rg.cache_clear()
