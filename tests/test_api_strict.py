@@ -103,3 +103,20 @@ def test_a_yaml_section_left_empty_sets_nothing_and_a_scalar_section_is_one_line
         config.load(str(f))
     res = runner.invoke(app, ["train", "--config", str(f), "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "unknown config key" not in res.output
+
+
+def test_a_step_callback_that_exits_is_one_line_naming_it(tmp_path):
+    """`sys.exit` inside `on_step` would end the user's program with nothing said; it is one
+    ConfigError line naming the callback, its file and the step."""
+    import sys
+
+    def leave(step, metrics):
+        sys.exit(0)
+
+    with pytest.raises(ConfigError) as e:
+        api.train(api.load_config(sets=[*MICRO, "train.steps=2"]), tmp_path / "run", on_step=leave,
+                  log=lambda s: None)
+    msg = str(e.value)
+    assert "\n" not in msg and "the step callback" in msg and "leave" in msg
+    assert f"test_api_strict.py:{leave.__code__.co_firstlineno}" in msg and "at step 1" in msg
+    assert "user code must not end the process" in msg

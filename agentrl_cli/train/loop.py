@@ -24,6 +24,7 @@ from ..config import RunConfig, step_seed
 from ..credit.estimators import ESTIMATORS
 from ..engines import check_engine
 from ..envs.checker import require_determinism, require_fork
+from ..envs.guard import UserCodeError, defined_in
 from ..errors import ConfigError, StopTraining
 from ..evaluation.runner import evaluate
 from ..models.critic import critic_config
@@ -230,11 +231,18 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
 
 
 def stop_asked(on_step: Callable[[int, dict], object], step: int, row: dict) -> bool:
-    """Whether the step callback asks to stop: it returned False or raised StopTraining."""
+    """Whether the step callback asks to stop: it returned False or raised StopTraining. A
+    callback that exits (`sys.exit`) is one line naming it, as any user code that would end
+    the process is (`envs.guard`); its other exceptions stop the run as a crash would."""
     try:
         return on_step(step, dict(row)) is False
     except StopTraining:
         return True
+    except SystemExit as e:
+        name = getattr(on_step, "__qualname__", type(on_step).__name__)
+        raise UserCodeError(f"the step callback {name} ({defined_in(on_step)}) at step {step} "
+                            f"raised SystemExit: {e.code}: user code must not end the process; "
+                            "return False or raise StopTraining to stop the run") from e
 
 
 def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready,
