@@ -70,9 +70,7 @@ def generator_names() -> list[str]:
 
 
 def _config_fields(name: str) -> set[str]:
-    from reasoning_gym.factory import DATASETS
-
-    _, config_cls = DATASETS[name]
+    _, config_cls = _rg().factory.DATASETS[name]
     return {f.name for f in fields(config_cls)} - {"seed", "size"} if is_dataclass(config_cls) else set()
 
 
@@ -245,7 +243,11 @@ class ReasoningGymSpec:
         if len(answer) > MAX_ANSWER_CHARS:
             return 0.0
         name = task.meta["generator"]
-        ds = self._split_dataset(name, "train", 1)   # scoring reads the entry, not the split
+        # scoring reads the entry, not a split: a one-entry dataset of the generator scores it,
+        # kept apart from the splits (a split made here at size 1 would be cached at that size)
+        if (name, "score") not in self._datasets:
+            self._datasets[name, "score"] = _dataset(name, self.seed, 1, self.options[name])
+        ds = self._datasets[name, "score"]
         try:
             score = float(ds.score_answer(answer, task.meta["entry"]))
         except Exception:  # noqa: BLE001  (a verifier that chokes on a malformed answer: wrong)
