@@ -20,6 +20,7 @@ from agentrl_cli.envs.as_gymnasium import gym_id
 from agentrl_cli.envs.base import make_env_spec
 from agentrl_cli.envs.gym_env import SPLIT_SEEDS
 from conftest import MICRO
+from test_user_env import _one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 GUESS = ROOT / "examples" / "guess_number_gym.py"
@@ -80,12 +81,6 @@ def boxed():
 
 def _sets(extra=()):
     return sum((["--set", s] for s in [*MICRO, *extra]), [])
-
-
-def _one_line_error(res, needle):
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.output
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from agentrl_cli.envs.base import Task, make_env_spec
 from agentrl_cli.envs.mcp_env import MCPSpec
 from agentrl_cli.envs.tool_calls import tool_spec
 from conftest import MICRO
+from test_gym_env import _one_line_error, _sets
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mcp_calc_env.py"
@@ -34,16 +35,6 @@ def make(seed=0, max_turns=6):
     spec.stateless = False        # the server's state is not copied: no forks
     return spec
 '''
-
-
-def _sets(extra=()):
-    return sum((["--set", s] for s in [*MICRO, *extra]), [])
-
-
-def _one_line_error(res, needle):
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.output
 
 
 @pytest.fixture(scope="module")
