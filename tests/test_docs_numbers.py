@@ -141,7 +141,7 @@ def test_results_page_is_short_and_each_verdict_states_its_prediction():
     assert len(text.encode()) < 30_000
     sections = re.split(r"\n(?=#{2,3} )", text)
     with_verdicts = [s for s in sections if "| verdict |" in s]
-    assert len(with_verdicts) >= 7
+    assert len(with_verdicts) >= 6       # the families' own tables: docs/results-runs.md
     missing = [s.splitlines()[0] for s in with_verdicts if "**Prediction" not in s]
     assert missing == []
 

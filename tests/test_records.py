@@ -28,7 +28,8 @@ def _copy(tmp_path: Path) -> Path:
     """The pages and records in a scratch repository root."""
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
+    for page in records.RESULTS_PAGES:
+        shutil.copy(ROOT / page, tmp_path / page)
     shutil.copytree(ROOT / "docs" / "records", tmp_path / "docs" / "records")
     for page in ("methods.md", "envs.md"):               # pages whose prose quotes records
         shutil.copy(ROOT / "docs" / page, tmp_path / "docs" / page)
@@ -45,7 +46,7 @@ def test_pages_agree_with_the_records():
 
 
 def test_every_results_table_comes_from_a_record():
-    text = (ROOT / "docs" / "results.md").read_text()
+    text = "".join((ROOT / page).read_text() for page in records.RESULTS_PAGES)
     keys = records.SECTION.findall(text)
     names = {p.stem for p in (ROOT / "docs" / "records").glob("*.json")}
     assert {k.split(":", 1)[1] for k in keys if k.startswith("table:")} <= names
@@ -54,7 +55,45 @@ def test_every_results_table_comes_from_a_record():
     shown = {k.split(":", 1)[1] for k in keys if k.startswith("table:")}
     if "external" in keys:
         shown |= {key for _, key in records.EXTERNAL}
+    if "focus-verdict" in keys:
+        shown |= {key for _, key in records.VERDICT}
     assert names <= shown
+
+
+def test_a_record_on_neither_results_page_is_caught(tmp_path):
+    """A record's table may stand on either results page, not on none."""
+    root = _copy(tmp_path)
+    assert records.problems(root) == []
+    page = root / "docs" / "results-runs.md"
+    text = page.read_text()
+    begin = text.index("<!-- from docs/records: table:families-math -->")
+    end = text.index("<!-- end: table:families-math -->") + len("<!-- end: table:families-math -->")
+    page.write_text(text[:begin] + text[end:])
+    assert any("table:families-math on docs/results.md or docs/results-runs.md" in p
+               for p in records.problems(root))
+    # the same table moved to the other page is shown
+    results = root / "docs" / "results.md"
+    results.write_text(results.read_text().replace("<!-- end of page -->",
+                                                   text[begin:end] + "\n\n<!-- end of page -->"))
+    assert records.problems(root) == []
+
+
+def test_the_verdict_bar_is_open_until_every_family_has_run():
+    recs = records.load_records(ROOT / "docs" / "records")
+    rec = {"title": "t", "build": "abc1234", "budget": 100,
+           "arms": [{"name": "grpo", "seeds": [0, 1, 2],
+                     "per_seed": {"mean_of_checks": [0.5, 0.6, 0.7], "tokens_per_step": [100, 100, 100]}},
+                    {"name": "focus", "seeds": [0, 1, 2], "reference": "grpo",
+                     "per_seed": {"mean_of_checks": [0.55, 0.65, 0.76], "tokens_per_step": [100, 101, 99]}}]}
+    some = {**recs, "verdict-math": rec}
+    assert "**open**: not run on `rules`, `search`, `locate`" in records.focus_verdict(some)
+    every = {**recs, **{key: rec for _, key in records.VERDICT}}
+    assert "The bar: **met**." in records.focus_verdict(every)     # +5.3 points, ahead everywhere
+    behind = {**every, "verdict-rules": {**rec, "arms": [rec["arms"][1] | {"name": "grpo", "reference": None},
+                                                         rec["arms"][0] | {"name": "focus", "reference": "grpo"}]}}
+    assert "**not met**: behind or off the budget on `rules` (behind)" in records.focus_verdict(behind)
+    level = {**every, "verdict-math": {**rec, "arms": [rec["arms"][0], rec["arms"][0] | {"name": "focus", "reference": "grpo"}]}}
+    assert "ahead on no family" not in records.focus_verdict(level)   # the others are 5 ahead
 
 
 def test_a_number_edited_in_a_page_is_caught(tmp_path):
@@ -310,8 +349,8 @@ def test_an_emptied_or_truncated_results_page_is_caught(tmp_path):
     results.write_text(full[:len(full) // 2])
     rc, lines = _check(root, "--check")
     assert rc == 1 and lines[0] == "docs/results.md: truncated (its last line is not <!-- end of page -->)"
-    assert "docs/results.md: no generated section table:search-main (cut short, or its markers " \
-        "removed)" in lines
+    assert "docs/results.md: no generated section table:search-main on docs/results.md or " \
+        "docs/results-runs.md (cut short, or its markers removed)" in lines
     assert _check(root) == (1, lines)            # rewriting refuses too, the same lines
 
 
@@ -329,7 +368,8 @@ def test_a_missing_marker_is_one_line(tmp_path):
     rc, lines = _check(root, "--check")
     assert rc == 1 and lines == [
         "docs/results.md: section table:dapo-budgett names no record in docs/records",
-        "docs/results.md: no generated section table:dapo-budget (cut short, or its markers removed)"]
+        "docs/results.md: no generated section table:dapo-budget on docs/results.md or "
+            "docs/results-runs.md (cut short, or its markers removed)"]
 
 
 @pytest.mark.parametrize("edit, line", [

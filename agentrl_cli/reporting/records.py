@@ -2,7 +2,8 @@
 commands, build, date, env, budget, steps and the per-seed values of each metric the pages
 quote); this module derives the numbers the pages print (means, paired differences over seeds
 ± their standard error, the verdict words) and writes them between generated-section markers
-in `docs/results.md` and `README.md`. It reads JSON only.
+in `docs/results.md`, `docs/results-runs.md` (the full tables behind the verdicts) and
+`README.md`. It reads JSON only.
 
     python -m agentrl_cli.reporting.records          # rewrite the generated sections
     python -m agentrl_cli.reporting.records --check  # exit 1, one line per problem
@@ -10,7 +11,7 @@ in `docs/results.md` and `README.md`. It reads JSON only.
 The check (`problems`) finds: a record that is not JSON, not of a record's shape, holds NaN or
 an infinite number, or whose per-seed values do not give its summary; a page that is missing,
 empty, or truncated (its last line is not `PAGE_END`); a section without its begin or end
-marker, one that names no record, a record not shown on the results page; a generated
+marker, one that names no record, a record shown on neither results page; a generated
 section that disagrees with the records; and a number quoted in prose (`QUOTES`) that is not
 the record's, or a quote no longer found. Each is one line; rewriting fixes only the numbers.
 
@@ -471,8 +472,76 @@ def external(records: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# FOCUS's pre-registered verdict (docs/log/2026-12-07-focus-verdict-pre-registration.md):
+# (family, record), each an `agentrl ablate --tune` sweep of grpo and focus
+VERDICT = (("math", "verdict-math"), ("rules", "verdict-rules"), ("search", "verdict-search"),
+           ("locate", "verdict-locate"))
+VERDICT_AHEAD = 3.0          # points: the bar's "ahead on at least one family"
+
+
+def _pair_of(rec: dict, metric: str, digits: int) -> str:
+    """GRPO's and FOCUS's mean over seeds of a per-seed metric, "g / f", "–" where missing."""
+    out = []
+    for name in ("grpo", "focus"):
+        xs = _arm(rec, name).get("per_seed", {}).get(metric)
+        out.append(f"{statistics.mean(xs):.{digits}f}" if xs else "–")
+    return " / ".join(out)
+
+
+def _picks(rec: dict) -> str:
+    """Each method's tuned values (its pick of the record's tuning stage), "GRPO / FOCUS"."""
+    methods = (rec.get("tuning") or {}).get("methods", {})
+    out = []
+    for name in ("grpo", "focus"):
+        pick = (methods.get(name) or {}).get("pick")
+        out.append(", ".join(f"{v}" for v in pick["values"].values()) if pick else "–")
+    return " / ".join(out)
+
+
+def verdict_outcome(records: dict[str, dict]) -> str:
+    """The bar of the pre-registration: FOCUS never behind GRPO (paired mean of checks) on any
+    family and 3 or more points ahead on one; "open" while a family has no record."""
+    missing = [env for env, key in VERDICT if key not in records]
+    short, ahead = [], []
+    for env, key in VERDICT:
+        if key in records:
+            rec = records[key]
+            arm = _arm(rec, "focus")
+            word, diff = verdict(rec, arm), summary(rec, arm, "vs_ref")
+            if word != "ahead" and word != "level":
+                short.append(f"`{env}` ({word})")
+            elif word == "ahead" and diff[0] >= VERDICT_AHEAD:
+                ahead.append(env)
+    if short:
+        return "**not met**: behind or off the budget on " + ", ".join(short)
+    if missing:
+        return "**open**: not run on " + ", ".join(f"`{e}`" for e in missing)
+    return "**met**" if ahead else f"**not met**: {VERDICT_AHEAD:.0f} points ahead on no family"
+
+
+def focus_verdict(records: dict[str, dict]) -> str:
+    """One row per family of the pre-registered verdict: the tuned learning rates, GRPO's mean
+    of checks, FOCUS against GRPO (paired, points, the verdict word), tokens, tasks and
+    mixed-outcome groups per step of each; then the bar's outcome."""
+    lines = ["| family | build | seeds | tuned (GRPO / FOCUS) | GRPO: mean of checks | FOCUS vs grpo "
+             "(points, paired) | tokens / step | tasks / step | mixed-outcome groups |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for env, key in VERDICT:
+        rec = records.get(key)
+        if rec is None:
+            lines.append(f"| `{env}` | – | – | – | not run | – | – | – | – |")
+            continue
+        g = _arm(rec, "grpo")
+        lines.append(f"| `{env}` | `{rec['build']}` | {_seeds(g['seeds'])} | {_picks(rec)} | "
+                     f"{cell(rec, g, 'mean_of_checks')} | {_family_cell(rec, 'focus')} | "
+                     f"{_pair_of(rec, 'tokens_per_step', 0)} | {_pair_of(rec, 'tasks_per_step', 1)} | "
+                     f"{_pair_of(rec, 'mixed_groups', 2)} |")
+    return "\n".join(lines) + f"\n\nThe bar: {verdict_outcome(records)}.\n"
+
+
 SECTIONS = {"families": families,
             "external": external,
+            "focus-verdict": focus_verdict,
             "readme-expect": readme_expect,
             "readme-cost": readme_cost}
 
@@ -497,7 +566,9 @@ def fill(text: str, records: dict[str, dict]) -> str:
     return text
 
 
-PAGES = ("README.md", "docs/results.md")
+PAGES = ("README.md", "docs/results.md", "docs/results-runs.md")
+# every record is shown on one of the results pages: its own table, or a row of a summary table
+RESULTS_PAGES = ("docs/results.md", "docs/results-runs.md")
 PAGE_END = "<!-- end of page -->"    # a page's last line: a page cut short lacks it
 # the generated sections each page must hold (results.md also one `table:NAME` per record)
 REQUIRED = {"README.md": ("readme-cost", "readme-expect"), "docs/results.md": ("families",)}
@@ -578,13 +649,22 @@ def marker_problems(page: str, text: str, records: dict[str, dict]) -> list[str]
     out += [f"{page}: section {k} is not one the records write" for k in begins
             if not k.startswith("table:") and k not in SECTIONS]
     need = list(REQUIRED.get(page, ()))
-    if page == "docs/results.md":   # every record: its own table, or a row of the external one
-        rows = {key for _, key in EXTERNAL}
-        need += [f"table:{name}" for name in records if name not in rows]
-        need += ["external"] if rows & set(records) else []
     out += [f"{page}: no generated section {k} (cut short, or its markers removed)"
             for k in need if k not in begins and k not in ends]
     return out
+
+
+def shown_problems(texts: dict[str, str], records: dict[str, dict]) -> list[str]:
+    """Every record shown on a results page (`texts`: page -> text): its own table, or a row of
+    the table of task suites from outside or of FOCUS's verdict."""
+    keys = {k for text in texts.values() for k in [*SECTION.findall(text),
+                                                    *re.findall(r"<!-- end: (\S+) -->", text)]}
+    rows, verdicts = {key for _, key in EXTERNAL}, {key for _, key in VERDICT}
+    need = [f"table:{name}" for name in records if name not in rows | verdicts]
+    need += ["external"] if rows & set(records) else []
+    need += ["focus-verdict"] if verdicts & set(records) else []
+    return [f"docs/results.md: no generated section {k} on {' or '.join(RESULTS_PAGES)} "
+            "(cut short, or its markers removed)" for k in need if k not in keys]
 
 
 def _render_problem(page: str, text: str, records: dict[str, dict]) -> str | None:
@@ -628,19 +708,21 @@ def problems(root: Path) -> list[str]:
         return [str(e)] + [p for page in PAGES for p in _read_page(root, page)[1]]
     if not records:
         return ["docs/records: no records"]
-    out = []
+    out, results = [], {}
     for page in dict.fromkeys([*PAGES, *(p for p, _ in QUOTES)]):
         text, found = _read_page(root, page)
         out += found
         if text is None:
             continue
+        if page in RESULTS_PAGES:
+            results[page] = text
         if page in PAGES:
             marks = marker_problems(page, text, records)
             out += marks
             if not marks:
                 out += [p for p in [_render_problem(page, text, records)] if p]
         out += quote_problems(page, text, records)
-    return out
+    return out + (shown_problems(results, records) if len(results) == len(RESULTS_PAGES) else [])
 
 
 def stale(root: Path) -> list[str]:
