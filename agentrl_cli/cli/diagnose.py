@@ -1,6 +1,8 @@
-"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (docs/methods.md)."""
+"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (docs/methods.md); the
+analyses of past runs: table | tool-call-table | tree-info | episode-stats (docs/diagnostics.md)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,8 +12,10 @@ from rich.console import Console
 from .options import ConfigOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt, user_errors
 
 app = typer.Typer(help="Critic and allocation diagnostics: audit-tree, critic-rank, variance, "
-                       "tool-calls.", no_args_is_help=True, add_completion=False)
+                       "tool-calls; analyses of past runs: table, tool-call-table, tree-info, "
+                       "episode-stats.", no_args_is_help=True, add_completion=False)
 
+RunsArg = Annotated[list[Path], typer.Argument(help="Run folders or `agentrl ablate` folders (their cells/*/seed-*).", show_default=False)]
 JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the results as JSON here.")]
 PngOpt = Annotated[Optional[Path], typer.Option("--png", help="Figure path (default: see the command's help).")]
 
@@ -175,3 +179,35 @@ def tool_calls_cmd(
     png = png or run / "tool_calls.png"
     plot_tool_calls(res, png)
     _outputs(console, png, json_path, res)
+
+
+@app.command("table")
+@user_errors
+def table_cmd(
+    runs: RunsArg,
+    reference: Annotated[str, typer.Option("--reference", help="The method every row is paired with.")] = "grpo",
+    checks: Annotated[Optional[str], typer.Option("--checks", help="LO-HI: the mean of checks over the checks at these steps only (exploration; not with --record).")] = None,
+    record: Annotated[Optional[Path], typer.Option("--record", help="Also write the runs as a record (JSON) for docs/records.")] = None,
+    command: Annotated[Optional[list[str]], typer.Option("--command", help="A command that made the runs, for the record (repeatable).")] = None,
+    title: Annotated[Optional[str], typer.Option("--title", help="The record's title (default: its file name).")] = None,
+    pass_k: Annotated[Optional[int], typer.Option("--pass-k", help="First evaluate pass@K of each run's last checkpoint (agentrl eval, K samples of each held-out task; kept in the run folder).", min=1)] = None,
+):
+    """The verdict table: one row per method (or sweep cell) over its seeds, paired with a reference.
+    Example: agentrl diagnose table --reference grpo runs/methods"""
+    from ..diagnostics.analysis import verdict_table as vt
+    from ..errors import ConfigError
+
+    if record and checks:
+        raise ConfigError("--record takes the mean of every check: a window chosen after the "
+                          "runs is exploration, not a record")
+    lo, hi = vt.check_window(checks)
+    if pass_k:
+        vt.evaluate_pass_at_k_under(runs, pass_k)
+    rows = vt.load_runs(runs, lo, hi)
+    print("\n".join(vt.table(rows, reference)))
+    if record:
+        this = f"agentrl diagnose table --reference {reference}" + (
+            f" --pass-k {pass_k}" if pass_k else "") + " " + " ".join(str(p) for p in runs)
+        rec = vt.record(rows, reference, [*(command or []), this], title or record.stem)
+        record.write_text(json.dumps(rec, indent=1) + "\n")
+        print(f"record: {record}")
