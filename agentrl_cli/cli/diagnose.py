@@ -211,3 +211,35 @@ def table_cmd(
         rec = vt.record(rows, reference, [*(command or []), this], title or record.stem)
         record.write_text(json.dumps(rec, indent=1) + "\n")
         print(f"record: {record}")
+
+
+@app.command("tool-call-table")
+@user_errors
+def tool_call_table_cmd(
+    runs: RunsArg,
+    windows: Annotated[int, typer.Option("--windows", help="Equal stretches of training steps, one column each.", min=1)] = 4,
+):
+    """Tool calls per episode over training per method over its seeds, with each seed's collapse verdict.
+    Example: agentrl diagnose tool-call-table runs/collapse"""
+    from ..diagnostics.analysis.tool_call_table import collect, table
+
+    print(table(collect(runs, windows)))
+
+
+@app.command("tree-info")
+@user_errors
+def tree_info_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="FOCUS run folders with saved traces (traces/step-*.json).", show_default=False)],
+    json_path: JsonOpt = None,
+):
+    """How much a tree's states say about their paths' outcomes beyond the task, per depth of the state two paths share.
+    Example: agentrl diagnose tree-info runs/long/cells/focus/seed-*"""
+    from ..diagnostics.analysis.tree_info import report, run_info
+    from ..train.run_folder import check_output_file
+
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    infos = [run_info(r) for r in runs]
+    print("\n".join(report(infos)))
+    if json_path is not None:
+        json_path.write_text(json.dumps(infos, indent=1))

@@ -50,7 +50,11 @@ COLUMNS = {"seeds": "seeds", "base": "base", "final": "last check",
            "vs_ref": "vs {ref} (points, paired)", "verdict": "verdict",
            "last_vs_ref": "last check vs {ref} (points, paired)",
            "tokens_per_step": "gen. tokens / step", "wall_s": "wall s / run",
-           "pass_at_k": "pass@{k} at the end"}
+           "pass_at_k": "pass@{k} at the end", "tasks_per_step": "tasks / step",
+           "mixed_outcome_share": "mixed-outcome groups"}
+# what a step learnt from (`agentrl diagnose table --record` stores them per seed): shown as
+# columns of every record whose arms carry them, after the record's own columns
+LEARNT_FROM = ("tasks_per_step", "mixed_outcome_share")
 BEGIN = "<!-- from docs/records: {key} -->"     # python -m agentrl_cli.reporting.records
 END = "<!-- end: {key} -->"
 SECTION = re.compile(r"<!-- from docs/records: (\S+) -->")
@@ -287,6 +291,9 @@ def _num(metric: str, value: tuple[float, float | None]) -> str:
         text, tail = f"{mean:+.1f}", f"{spread:.1f}" if spread is not None else None
     elif metric in ("tokens_per_step", "wall_s"):
         text, tail = f"{mean:.0f}", f"{spread:.0f}" if spread is not None else None
+    elif metric in LEARNT_FROM:
+        digits = 1 if metric == "tasks_per_step" else 2
+        text, tail = f"{mean:.{digits}f}", f"{spread:.{digits}f}" if spread is not None else None
     else:
         text, tail = f"{mean:.3f}", f"{spread:.3f}" if spread is not None else None
     return text if tail is None else f"{text} ± {tail}"
@@ -333,6 +340,8 @@ def record_table(rec: dict) -> str:
     ref = _reference_name(rec)
     cols = rec.get("columns", ["seeds", "mean_of_checks", "final_minus_base", "vs_ref", "verdict",
                                "last_vs_ref", "tokens_per_step"])
+    cols = [*cols, *(c for c in LEARNT_FROM if c not in cols
+                     and any(c in a.get("per_seed", {}) for a in rec["arms"]))]
     budget = f", {rec['budget']:,} generated tokens per step" if rec.get("budget") else ""
     head = (f"Measured {rec['date']} on build `{rec['build']}`{rec.get('build_note', '')}: "
             f"`{rec['env']}`, {rec['steps']} steps{budget}"
