@@ -243,3 +243,26 @@ def tree_info_cmd(
     print("\n".join(report(infos)))
     if json_path is not None:
         json_path.write_text(json.dumps(infos, indent=1))
+
+
+@app.command("episode-stats")
+@user_errors
+def episode_stats_cmd(
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry (list: agentrl benchmarks).")] = "search-long",
+    json_path: JsonOpt = None,
+    set_: SetOpt = None,
+    seed: Annotated[int, typer.Option("--seed", help="Run seed (the base evaluation's, as step 0 of agentrl train).")] = 0,
+):
+    """How long a benchmark's episodes are: held-out success and tool calls of the model's base evaluation and of the scripted expert.
+    Example: agentrl diagnose episode-stats --benchmark search-long"""
+    from ..diagnostics.analysis.episode_stats import stats
+    from ..train.preflight import load_config
+    from ..train.run_folder import check_output_file
+
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    cfg = load_config(None, [*(set_ or []), f"seed={seed}"], benchmark=benchmark)
+    out = stats(cfg, benchmark)
+    print(json.dumps(out, indent=2))
+    if json_path is not None:
+        json_path.write_text(json.dumps(out, indent=2))
