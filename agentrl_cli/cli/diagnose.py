@@ -266,3 +266,22 @@ def episode_stats_cmd(
     print(json.dumps(out, indent=2))
     if json_path is not None:
         json_path.write_text(json.dumps(out, indent=2))
+
+
+@app.command("allocation-map")
+@user_errors
+def allocation_map_cmd(
+    runs: RunsArg,
+    out: Annotated[Path, typer.Option("--out", help="The PNG to write.")],
+    reference: Annotated[str, typer.Option("--reference", help="The method every arm's gain is paired with.")] = "grpo",
+    title: Annotated[str, typer.Option("--title", help="The figure's title.")] = "allocation study",
+):
+    """The allocation study's figure: held-out checks per arm, the paired gain over the reference, where continuations start.
+    Example: agentrl diagnose allocation-map runs/alloc-early --out allocation-early.png"""
+    from ..diagnostics.analysis.allocation_map import plot
+    from ..reporting.run_reader import runs_under
+    from ..train.run_folder import check_output_file
+
+    check_output_file(out, "--out")
+    plot(runs_under(runs), reference, out, title)
+    print(f"figure: {out}")
