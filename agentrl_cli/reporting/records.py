@@ -115,7 +115,7 @@ def _arm(rec: dict, name: str) -> dict:
 
 def paired_difference(mine: dict, theirs: dict) -> tuple[float, float, int] | None:
     """The page's comparison: (mean, standard error, seeds) of `mine[seed] - theirs[seed]`
-    over the seeds both have (two or more), else None. `benchmarks/methods_table.py` uses it
+    over the seeds both have (two or more), else None. `agentrl diagnose table` uses it
     on run folders, `paired` on records."""
     d = [mine[s] - theirs[s] for s in mine if s in theirs]
     if len(d) < 2:
