@@ -97,9 +97,7 @@ def _depth_panel(ax, by: dict, arms: list[str]) -> None:
 
 def plot(run_dirs: list[Path], reference: str, out: Path, title: str) -> None:
     """The three panels of the runs in `run_dirs`, written to `out` (PNG)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ...reporting.plots import plt
 
     runs = vt.load_runs(run_dirs)
     cur = curves(run_dirs)
@@ -108,7 +106,7 @@ def plot(run_dirs: list[Path], reference: str, out: Path, title: str) -> None:
     by = defaultdict(list)
     for r in runs:
         by[r["label"]].append(r)
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, ax = plt().subplots(1, 3, figsize=(15, 4.2))
     _checks_panel(ax[0], cur, arms, colour)
     _gain_panel(ax[1], runs, by, arms, colour, reference)
     _depth_panel(ax[2], by, arms)
@@ -116,4 +114,4 @@ def plot(run_dirs: list[Path], reference: str, out: Path, title: str) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
-    plt.close(fig)
+    plt().close(fig)
