@@ -473,49 +473,6 @@ def test_budget_match_is_what_ablate_measures_for_a_grpo_step(tmp_path):
     assert summary["budget_tokens"] > 0
 
 
-def test_focus_depths_counts_launched_continuations_per_depth(tmp_path):
-    """benchmarks/focus_depths.py (the allocation measurement in docs/results.md) on a hand-made tree."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "focus_depths", Path(__file__).resolve().parents[1] / "benchmarks" / "focus_depths.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    nodes = [{"depth": 0, "launched": 1, "v": 0.5, "cbar": 0.0, "reward": None},
-             {"depth": 1, "launched": 3, "v": 0.2, "cbar": 1.0, "reward": None},
-             {"depth": 2, "launched": 0, "v": None, "cbar": 1.0, "reward": 1.0}]
-    f = tmp_path / "t.jsonl"
-    f.write_text(json.dumps({"nodes": nodes}) + "\n" + json.dumps({"nodes": nodes[1:2]}) + "\n")
-    launched, gaps = mod.depths(f)
-    assert launched == {0: 1, 1: 6}
-    assert gaps == pytest.approx([0.5, 0.8, 0.8])
-
-
-def test_run_stats_reads_gradient_norms_and_checks(tmp_path):
-    """benchmarks/run_stats.py (the gradient-norm figures in docs/results.md) on a hand-made run."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "run_stats", Path(__file__).resolve().parents[1] / "benchmarks" / "run_stats.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = [{"step": 0, "eval/success": 0.1},
-            {"step": 1, "grad_norm": 0.6, "critic/grad_norm": 0.9, "focus/abs_v_minus_cbar": 0.4},
-            {"step": 2, "grad_norm": 0.3, "critic/grad_norm": 0.4, "eval/success": 0.5,
-             "focus/abs_v_minus_cbar": 0.2, "focus/launch_depth_mean": 3.0},
-            {"step": 3, "grad_norm": 0.2, "eval/success": 0.7}]
-    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (tmp_path / "config.json").write_text(json.dumps({"train": {"grad_clip": 1.0}}))
-    out = mod.stats(tmp_path)
-    assert out["checks"] == pytest.approx(0.6)           # step 0 (the base) left out
-    assert out["grad_norm"] == pytest.approx(1.1 / 3)
-    assert out["critic/grad_norm"] == pytest.approx(1.3 / 3)
-    assert out["joint > clip"] == 1                       # hypot(0.6, 0.9) > 1 only
-    assert out["|v - c̄|"] == pytest.approx(0.3) and out["launch depth"] == 3.0
-    (tmp_path / "config.json").write_text(json.dumps({"train": {"grad_clip": 0.45}}))
-    assert mod.stats(tmp_path)["joint > clip"] == 2
-
-
 def test_leave_one_out_values_keep_a_path_out_of_its_own_baseline():
     """`algo.focus_baseline=loo` on `_hand_tree`."""
     t = _hand_arrays()

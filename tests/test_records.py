@@ -192,7 +192,11 @@ def _run(root: Path, method: str, seed: int, checks: list[float], wall: float) -
 
 
 def test_a_record_from_run_folders(tmp_path):
-    """`methods_table.py --record` reads the run folders and writes a record the pages take."""
+    """`agentrl diagnose table --record` reads the run folders and writes a record the pages take."""
+    from typer.testing import CliRunner
+
+    from agentrl_cli.cli.main import app
+
     runs = tmp_path / "sweep"
     for seed, (g, f) in enumerate([([0.3, 0.4, 0.6], [0.3, 0.5, 0.7]),
                                    ([0.3, 0.5, 0.7], [0.3, 0.62, 0.82]),
@@ -200,10 +204,9 @@ def test_a_record_from_run_folders(tmp_path):
         _run(runs, "grpo", seed, g, 150.0 + seed)
         _run(runs, "focus", seed, f, 180.0 + seed)
     out = tmp_path / "rec.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "methods_table.py"),
-                          "--record", str(out), "--command", "agentrl ablate --method focus,grpo",
-                          str(runs)], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
+    res = CliRunner().invoke(app, ["diagnose", "table", "--record", str(out), "--command",
+                                   "agentrl ablate --method focus,grpo", str(runs)])
+    assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
     assert records.check_record(rec) == []
     assert (rec["env"], rec["steps"], rec["budget"]) == ("search", 2, 101)
@@ -215,10 +218,9 @@ def test_a_record_from_run_folders(tmp_path):
     table = records.record_table(rec)
     assert "| `focus` | 0-2 | 0.700 ± 0.092 | +50.7 ± 10.1 | +10.0 ± 1.2 | ahead | +10.7 ± 0.7 |" in table
     assert records.wall_ratio(rec, "focus", "grpo") == pytest.approx(543 / 453)
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "methods_table.py"),
-                          "--record", str(out), "--checks", "1-1", str(runs)],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert bad.returncode != 0 and "exploration" in bad.stderr
+    bad = CliRunner().invoke(app, ["diagnose", "table", "--record", str(out), "--checks", "1-1",
+                                   str(runs)])
+    assert bad.exit_code == 2 and "exploration" in bad.output
 
 
 def test_the_check_command_names_a_stale_page(tmp_path):

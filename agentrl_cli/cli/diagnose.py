@@ -1,6 +1,8 @@
-"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (docs/methods.md)."""
+"""agentrl diagnose: audit-tree | critic-rank | variance | tool-calls (docs/methods.md); the
+analyses of past runs: table | tool-call-table | tree-info | episode-stats (docs/diagnostics.md)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,8 +12,10 @@ from rich.console import Console
 from .options import ConfigOpt, EnvOpt, ModelOpt, SeedOpt, SetOpt, user_errors
 
 app = typer.Typer(help="Critic and allocation diagnostics: audit-tree, critic-rank, variance, "
-                       "tool-calls.", no_args_is_help=True, add_completion=False)
+                       "tool-calls; analyses of past runs: table, tool-call-table, tree-info, "
+                       "episode-stats.", no_args_is_help=True, add_completion=False)
 
+RunsArg = Annotated[list[Path], typer.Argument(help="Run folders or `agentrl ablate` folders (their cells/*/seed-*).", show_default=False)]
 JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the results as JSON here.")]
 PngOpt = Annotated[Optional[Path], typer.Option("--png", help="Figure path (default: see the command's help).")]
 
@@ -175,3 +179,109 @@ def tool_calls_cmd(
     png = png or run / "tool_calls.png"
     plot_tool_calls(res, png)
     _outputs(console, png, json_path, res)
+
+
+@app.command("table")
+@user_errors
+def table_cmd(
+    runs: RunsArg,
+    reference: Annotated[str, typer.Option("--reference", help="The method every row is paired with.")] = "grpo",
+    checks: Annotated[Optional[str], typer.Option("--checks", help="LO-HI: the mean of checks over the checks at these steps only (exploration; not with --record).")] = None,
+    record: Annotated[Optional[Path], typer.Option("--record", help="Also write the runs as a record (JSON) for docs/records.")] = None,
+    command: Annotated[Optional[list[str]], typer.Option("--command", help="A command that made the runs, for the record (repeatable).")] = None,
+    title: Annotated[Optional[str], typer.Option("--title", help="The record's title (default: its file name).")] = None,
+    pass_k: Annotated[Optional[int], typer.Option("--pass-k", help="First evaluate pass@K of each run's last checkpoint (agentrl eval, K samples of each held-out task; kept in the run folder).", min=1)] = None,
+):
+    """The verdict table: one row per method (or sweep cell) over its seeds, paired with a reference.
+    Example: agentrl diagnose table --reference grpo runs/methods"""
+    from ..diagnostics.analysis import verdict_table as vt
+    from ..errors import ConfigError
+
+    if record and checks:
+        raise ConfigError("--record takes the mean of every check: a window chosen after the "
+                          "runs is exploration, not a record")
+    lo, hi = vt.check_window(checks)
+    if pass_k:
+        vt.evaluate_pass_at_k_under(runs, pass_k)
+    rows = vt.load_runs(runs, lo, hi)
+    print("\n".join(vt.table(rows, reference)))
+    if record:
+        this = f"agentrl diagnose table --reference {reference}" + (
+            f" --pass-k {pass_k}" if pass_k else "") + " " + " ".join(str(p) for p in runs)
+        rec = vt.record(rows, reference, [*(command or []), this], title or record.stem)
+        record.write_text(json.dumps(rec, indent=1) + "\n")
+        print(f"record: {record}")
+
+
+@app.command("tool-call-table")
+@user_errors
+def tool_call_table_cmd(
+    runs: RunsArg,
+    windows: Annotated[int, typer.Option("--windows", help="Equal stretches of training steps, one column each.", min=1)] = 4,
+):
+    """Tool calls per episode over training per method over its seeds, with each seed's collapse verdict.
+    Example: agentrl diagnose tool-call-table runs/collapse"""
+    from ..diagnostics.analysis.tool_call_table import collect, table
+
+    print(table(collect(runs, windows)))
+
+
+@app.command("tree-info")
+@user_errors
+def tree_info_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="FOCUS run folders with saved traces (traces/step-*.json).", show_default=False)],
+    json_path: JsonOpt = None,
+):
+    """How much a tree's states say about their paths' outcomes beyond the task, per depth of the state two paths share.
+    Example: agentrl diagnose tree-info runs/long/cells/focus/seed-*"""
+    from ..diagnostics.analysis.tree_info import report, run_info
+    from ..train.run_folder import check_output_file
+
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    infos = [run_info(r) for r in runs]
+    print("\n".join(report(infos)))
+    if json_path is not None:
+        json_path.write_text(json.dumps(infos, indent=1))
+
+
+@app.command("episode-stats")
+@user_errors
+def episode_stats_cmd(
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry (list: agentrl benchmarks).")] = "search-long",
+    json_path: JsonOpt = None,
+    set_: SetOpt = None,
+    seed: Annotated[int, typer.Option("--seed", help="Run seed (the base evaluation's, as step 0 of agentrl train).")] = 0,
+):
+    """How long a benchmark's episodes are: held-out success and tool calls of the model's base evaluation and of the scripted expert.
+    Example: agentrl diagnose episode-stats --benchmark search-long"""
+    from ..diagnostics.analysis.episode_stats import stats
+    from ..train.preflight import load_config
+    from ..train.run_folder import check_output_file
+
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    cfg = load_config(None, [*(set_ or []), f"seed={seed}"], benchmark=benchmark)
+    out = stats(cfg, benchmark)
+    print(json.dumps(out, indent=2))
+    if json_path is not None:
+        json_path.write_text(json.dumps(out, indent=2))
+
+
+@app.command("allocation-map")
+@user_errors
+def allocation_map_cmd(
+    runs: RunsArg,
+    out: Annotated[Path, typer.Option("--out", help="The PNG to write.")],
+    reference: Annotated[str, typer.Option("--reference", help="The method every arm's gain is paired with.")] = "grpo",
+    title: Annotated[str, typer.Option("--title", help="The figure's title.")] = "allocation study",
+):
+    """The allocation study's figure: held-out checks per arm, the paired gain over the reference, where continuations start.
+    Example: agentrl diagnose allocation-map runs/alloc-early --out allocation-early.png"""
+    from ..diagnostics.analysis.allocation_map import plot
+    from ..reporting.run_reader import runs_under
+    from ..train.run_folder import check_output_file
+
+    check_output_file(out, "--out")
+    plot(runs_under(runs), reference, out, title)
+    print(f"figure: {out}")

@@ -205,7 +205,7 @@ class AlgoConfig:
     focus_max_inflight: int = 2
     """FOCUS: most continuations launched from one node running at once."""
     focus_min_depth: int = 0
-    """FOCUS: continuations launch only from states at least this many segments below the root (0: from any state, as in the paper). `benchmarks/tree_outcome_info.py` measures at which depths a run's states say something about their outcome beyond the task."""
+    """FOCUS: continuations launch only from states at least this many segments below the root (0: from any state, as in the paper). `agentrl diagnose tree-info` measures at which depths a run's states say something about their outcome beyond the task."""
     focus_lam: float = 0.0
     """FOCUS: TD(lambda) lambda of the segment advantages on refined values (0: one-step TD residual)."""
     focus_return: str = "path"

@@ -51,7 +51,11 @@ COLUMNS = {"seeds": "seeds", "base": "base", "final": "last check",
            "vs_ref": "vs {ref} (points, paired)", "verdict": "verdict",
            "last_vs_ref": "last check vs {ref} (points, paired)",
            "tokens_per_step": "gen. tokens / step", "wall_s": "wall s / run",
-           "pass_at_k": "pass@{k} at the end"}
+           "pass_at_k": "pass@{k} at the end", "tasks_per_step": "tasks / step",
+           "mixed_outcome_share": "mixed-outcome groups"}
+# what a step learnt from (`agentrl diagnose table --record` stores them per seed): shown as
+# columns of every record whose arms carry them, after the record's own columns
+LEARNT_FROM = ("tasks_per_step", "mixed_outcome_share")
 BEGIN = "<!-- from docs/records: {key} -->"     # python -m agentrl_cli.reporting.records
 END = "<!-- end: {key} -->"
 SECTION = re.compile(r"<!-- from docs/records: (\S+) -->")
@@ -112,7 +116,7 @@ def _arm(rec: dict, name: str) -> dict:
 
 def paired_difference(mine: dict, theirs: dict) -> tuple[float, float, int] | None:
     """The page's comparison: (mean, standard error, seeds) of `mine[seed] - theirs[seed]`
-    over the seeds both have (two or more), else None. `benchmarks/methods_table.py` uses it
+    over the seeds both have (two or more), else None. `agentrl diagnose table` uses it
     on run folders, `paired` on records."""
     d = [mine[s] - theirs[s] for s in mine if s in theirs]
     if len(d) < 2:
@@ -288,6 +292,9 @@ def _num(metric: str, value: tuple[float, float | None]) -> str:
         text, tail = f"{mean:+.1f}", f"{spread:.1f}" if spread is not None else None
     elif metric in ("tokens_per_step", "wall_s"):
         text, tail = f"{mean:.0f}", f"{spread:.0f}" if spread is not None else None
+    elif metric in LEARNT_FROM:
+        digits = 1 if metric == "tasks_per_step" else 2
+        text, tail = f"{mean:.{digits}f}", f"{spread:.{digits}f}" if spread is not None else None
     else:
         text, tail = f"{mean:.3f}", f"{spread:.3f}" if spread is not None else None
     return text if tail is None else f"{text} ± {tail}"
@@ -334,6 +341,8 @@ def record_table(rec: dict) -> str:
     ref = _reference_name(rec)
     cols = rec.get("columns", ["seeds", "mean_of_checks", "final_minus_base", "vs_ref", "verdict",
                                "last_vs_ref", "tokens_per_step"])
+    cols = [*cols, *(c for c in LEARNT_FROM if c not in cols
+                     and any(c in a.get("per_seed", {}) for a in rec["arms"]))]
     budget = f", {rec['budget']:,} generated tokens per step" if rec.get("budget") else ""
     head = (f"Measured {rec['date']} on build `{rec['build']}`{rec.get('build_note', '')}: "
             f"`{rec['env']}`, {rec['steps']} steps{budget}"
@@ -535,7 +544,7 @@ def focus_verdict(records: dict[str, dict]) -> str:
         lines.append(f"| `{env}` | `{rec['build']}` | {_seeds(g['seeds'])} | {_picks(rec)} | "
                      f"{cell(rec, g, 'mean_of_checks')} | {_family_cell(rec, 'focus')} | "
                      f"{_pair_of(rec, 'tokens_per_step', 0)} | {_pair_of(rec, 'tasks_per_step', 1)} | "
-                     f"{_pair_of(rec, 'mixed_groups', 2)} |")
+                     f"{_pair_of(rec, 'mixed_outcome_share', 2)} |")
     return "\n".join(lines) + f"\n\nThe bar: {verdict_outcome(records)}.\n"
 
 

@@ -365,8 +365,7 @@ def build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print
     same recipe give the same model on any machine (a laptop defaults to more threads than a
     2-core CI box). Two: 1.8x faster than one on an idle 2-core machine
     (`benchmarks/bench_warmup_step.py`); on a busy one the two OpenMP threads can stall each
-    other, so `OMP_NUM_THREADS=1` (or `--threads 1`) builds on one, as
-    `benchmarks/warmup_variants.py` runs its side-by-side builds."""
+    other, so `OMP_NUM_THREADS=1` (or `--threads 1`) builds on one."""
     before = torch.get_num_threads()
     torch.set_num_threads(build_threads(threads))
     try:

@@ -1,38 +1,29 @@
-"""The tool-call table of docs/results.md: tool calls per episode over training, per method (or
-sweep cell) over its seeds, with `agentrl diagnose tool-calls`'s collapse verdict per seed.
+"""The tool-call table of docs/results.md (`agentrl diagnose tool-call-table`): tool calls per
+episode over training, per method (or sweep cell) over its seeds, with `agentrl diagnose
+tool-calls`'s collapse verdict per seed.
 
-    python benchmarks/tool_calls_table.py runs/collapse                # an `agentrl ablate` folder
-    python benchmarks/tool_calls_table.py --windows 4 runs/a runs/b/cells/*/seed-*/
-
-Columns, each a mean over seeds (per seed after the slash where it matters): training tool calls
-per episode over consecutive stretches of the run (`--windows` equal stretches; the first and
-last say whether calls fell), training reward and success over the last stretch, held-out tool
-calls and success at the first and the last check, context resets per training episode, and the
-seeds whose run `detect_collapse` (the rule of `agentrl diagnose tool-calls`) flags as collapsed
-(tool calls below half their peak for five steps while success falls).
-"""
+Columns, each a mean over seeds: training tool calls per episode over consecutive stretches of
+the run (`--windows` equal stretches; the first and last say whether calls fell), training
+reward and success over the last stretch, held-out tool calls and success at the first and the
+last check, context resets per training episode, and the seeds whose run `detect_collapse`
+(the rule of `agentrl diagnose tool-calls`) flags as collapsed (tool calls below half their peak
+for five steps while success falls)."""
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl_cli.diagnostics.tool_calls import detect_collapse  # noqa: E402
+from ...reporting.run_reader import read_run, runs_under
+from ..tool_calls import detect_collapse
 
 
 def load_run(run: Path, windows: int) -> dict | None:
-    """One finished run's numbers (None without summary.json)."""
-    if not (run / "summary.json").is_file():
+    """One finished run's numbers (None without summary.json or training steps)."""
+    folder = read_run(run)
+    if folder is None:
         return None
-    summary = json.loads((run / "summary.json").read_text())
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
-    steps = [r for r in rows if "rollout/tool_calls" in r]
-    checks = [r for r in rows if "eval/success" in r]
+    steps, checks = folder.steps("rollout/tool_calls"), folder.checks()
     windows = min(windows, len(steps))       # a run shorter than the stretches asked for
     if not windows:
         return None
@@ -40,11 +31,9 @@ def load_run(run: Path, windows: int) -> dict | None:
     stretches = [steps[i * size:(i + 1) * size] for i in range(windows)]
     stretches[-1] = steps[(windows - 1) * size:]
     last = stretches[-1]
-    # `agentrl diagnose tool-calls`'s verdict (`tool_call_trend`), on the rows read here
     collapse = detect_collapse([r["step"] for r in steps], [r["rollout/tool_calls"] for r in steps],
                                [float(r.get("success", 0.0)) for r in steps])
-    label = run.parent.name if run.name.startswith("seed-") else summary["method"]
-    return {"label": label, "seed": summary["seed"],
+    return {"label": folder.label, "seed": folder.seed,
             "spans": [(s[0]["step"], s[-1]["step"]) for s in stretches],
             "calls": [statistics.mean(r["rollout/tool_calls"] for r in s) for s in stretches],
             "reward": statistics.mean(r.get("reward/mean", 0.0) for r in last),
@@ -58,12 +47,10 @@ def load_run(run: Path, windows: int) -> dict | None:
 def collect(paths: list[Path], windows: int) -> dict[str, list[dict]]:
     """label -> its runs, from run folders and ablate folders (their cells/*/seed-*)."""
     out: dict[str, list[dict]] = defaultdict(list)
-    for p in paths:
-        runs = sorted(p.glob("cells/*/seed-*")) if (p / "cells").is_dir() else [p]
-        for run in runs:
-            r = load_run(run, windows)
-            if r is not None:
-                out[r["label"]].append(r)
+    for run in runs_under(paths):
+        r = load_run(run, windows)
+        if r is not None:
+            out[r["label"]].append(r)
     return out
 
 
@@ -93,15 +80,3 @@ def table(groups: dict[str, list[dict]]) -> str:
             f"{_mean(r['eval_success'][1] for r in runs)} | {_mean(r['resets'] for r in runs)} | "
             f"{', '.join(collapsed) or 'none'} |")
     return "\n".join(lines)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="run folders or agentrl ablate folders")
-    ap.add_argument("--windows", type=int, default=4, help="equal stretches of training steps")
-    args = ap.parse_args()
-    print(table(collect(args.runs, max(1, args.windows))))
-
-
-if __name__ == "__main__":
-    main()
