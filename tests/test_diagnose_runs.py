@@ -341,3 +341,34 @@ def test_episode_stats_of_the_base_model_and_the_expert(tmp_path):
     assert stats["expert"]["turns_per_episode"] <= 3
     demo = next(k for k in stats if k.startswith("demonstrator_e"))
     assert stats[demo]["episodes"] == 60 and set(stats["seconds"]) == {"load", "eval"}
+
+
+def test_the_record_of_a_tuned_sweep_carries_its_tuning_stage(tmp_path):
+    """`agentrl ablate --tune` writes tuning.json beside cells/: the record keeps it (the picks
+    and the tuning runs' numbers), and the verdict table of the results page shows the picks."""
+    sweep = tmp_path / "sweep"
+    for seed in range(3):
+        _run(sweep, "grpo", seed, [0.3, 0.4 + 0.01 * seed])
+        _run(sweep, "focus", seed, [0.3, 0.45 + 0.01 * seed])
+    point = lambda lr, score: {"cell": f"x_lr={lr}", "values": {"train.lr": lr},  # noqa: E731
+                               "sets": [f"train.lr={lr}"], "mean_of_checks": {"100": score},
+                               "score": score}
+    tuning = {"rule": "mean of checks", "seeds": [100], "runs_per_method": 2, "budget_tokens": 100,
+              "methods": {m: {"keys": ["train.lr"], "points": [point("2e-4", 0.4), point(lr, 0.5)],
+                              "pick": {"values": {"train.lr": lr}, "sets": [f"train.lr={lr}"],
+                                       "score": 0.5}}
+                          for m, lr in (("grpo", "5e-4"), ("focus", "1e-3"))}}
+    (sweep / "tuning.json").write_text(json.dumps(tuning))
+    out = tmp_path / "verdict-math.json"
+    res = runner.invoke(app, ["diagnose", "table", "--record", str(out), "--reference", "grpo", str(sweep)])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(out.read_text())
+    assert rec["tuning"] == tuning and not records.check_record(rec)
+    row = records.focus_verdict({"verdict-math": rec}).splitlines()[2]
+    assert row.startswith("| `math` |") and "| 5e-4 / 1e-3 |" in row and "+5.0 ± 0.0 ahead" in row
+    # a tuning stage without its picks is not recorded: one line
+    tuning["methods"]["focus"]["pick"] = None
+    (sweep / "tuning.json").write_text(json.dumps(tuning))
+    res = runner.invoke(app, ["diagnose", "table", "--record", str(tmp_path / "r.json"), str(sweep)])
+    assert res.exit_code == 2 and "no pick yet for focus" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "r.json").exists()

@@ -208,7 +208,8 @@ def table_cmd(
     if record:
         this = f"agentrl diagnose table --reference {reference}" + (
             f" --pass-k {pass_k}" if pass_k else "") + " " + " ".join(str(p) for p in runs)
-        rec = vt.record(rows, reference, [*(command or []), this], title or record.stem)
+        rec = vt.record(rows, reference, [*(command or []), this], title or record.stem,
+                        tuning=vt.tuning_of(runs))
         record.write_text(json.dumps(rec, indent=1) + "\n")
         print(f"record: {record}")
 

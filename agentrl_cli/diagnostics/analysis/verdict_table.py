@@ -242,11 +242,30 @@ def _arm(label: str, rs: list[dict]) -> dict:
     return arm
 
 
+def tuning_of(paths: list[Path]) -> dict | None:
+    """The tuning stage of the given ablate folders (`agentrl ablate --tune`: their
+    `tuning.json`: the rule, the exploration seeds, each method's grid, every tuning run's mean
+    of checks and each method's pick), or None without one; ConfigError for two (a record holds
+    one sweep's tuning) or an unfinished one (a method without its pick)."""
+    found = [Path(p) / "tuning.json" for p in paths if (Path(p) / "tuning.json").is_file()]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise ConfigError("--record: more than one of the folders holds a tuning stage "
+                          f"({', '.join(str(f.parent) for f in found)}); record one sweep at a time")
+    tuning = json.loads(found[0].read_text())
+    unfinished = [m for m, d in tuning.get("methods", {}).items() if d.get("pick") is None]
+    if unfinished:
+        raise ConfigError(f"--record: the tuning stage of {found[0].parent} has no pick yet for "
+                          f"{', '.join(unfinished)} (resume the sweep first)")
+    return tuning
+
+
 def record(runs: list[dict], reference: str, commands: list[str], title: str,
-           build: str | None = None, date: str | None = None) -> dict:
+           build: str | None = None, date: str | None = None, tuning: dict | None = None) -> dict:
     """The runs as a docs/records entry: one arm per method (or cell) with its per-seed values
     (tasks a step learnt from and the mixed-outcome share where every seed has them), paired
-    with `reference` when the runs hold it."""
+    with `reference` when the runs hold it; the sweep's tuning stage (`tuning_of`) as given."""
     by = _by_label(runs)
     arms = []
     for label in sorted(by, key=lambda k: (k != reference, k)):
@@ -258,7 +277,7 @@ def record(runs: list[dict], reference: str, commands: list[str], title: str,
             "build": build or _build(), "env": _one(runs, "env"),
             "budget": _one(runs, "budget_tokens") or None,
             "steps": max(r["steps"] for r in runs), "commands": commands,
-            "source": SOURCE, "arms": arms}
+            "source": SOURCE, "arms": arms, **({"tuning": tuning} if tuning else {})}
 
 
 def check_window(checks: str | None) -> tuple[int, int | None]:
