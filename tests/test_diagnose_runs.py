@@ -366,6 +366,10 @@ def test_the_record_of_a_tuned_sweep_carries_its_tuning_stage(tmp_path):
     assert rec["tuning"] == tuning and not records.check_record(rec)
     row = records.focus_verdict({"verdict-math": rec}).splitlines()[2]
     assert row.startswith("| `math` |") and "| 5e-4 / 1e-3 |" in row and "+5.0 ± 0.0 ahead" in row
+    # the record's own table ends with the tuning stage, each method's pick in bold
+    tail = records.record_table(rec).splitlines()[-1]
+    assert tail.startswith("Tuning stage") and "`grpo` lr=2e-4 0.400; **lr=5e-4 0.500**" in tail
+    assert "`focus` lr=2e-4 0.400; **lr=1e-3 0.500**" in tail
     # a tuning stage without its picks is not recorded: one line
     tuning["methods"]["focus"]["pick"] = None
     (sweep / "tuning.json").write_text(json.dumps(tuning))

@@ -357,7 +357,24 @@ def record_table(rec: dict) -> str:
     if explored:
         lines += ["", "Exploration (windows of checks chosen after the runs; not a verdict), "
                   f"paired vs {ref} in points: " + "; ".join(explored) + "."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _tuning_lines(rec.get("tuning"))) + "\n"
+
+
+def _tuning_lines(tuning: dict | None) -> list[str]:
+    """The tuning stage under a record's table: its seeds, each method's points with their
+    scores (mean of checks, mean over the tuning seeds), the pick in bold."""
+    if not tuning:
+        return []
+    out = []
+    for m, d in tuning["methods"].items():
+        pick = (d.get("pick") or {}).get("values")
+        pts = [", ".join(f"{k.split('.')[-1]}={v}" for k, v in p["values"].items())
+               + f" {p['score']:.3f}" for p in d["points"]]
+        out.append(f"`{m}` " + "; ".join(f"**{x}**" if pick and d["points"][i]["values"] == pick
+                                         else x for i, x in enumerate(pts)))
+    seeds = ", ".join(str(s) for s in tuning["seeds"])
+    return ["", f"Tuning stage (each method alike, seeds {seeds}; mean of checks, the pick in "
+            "bold): " + " · ".join(out) + "."]
 
 
 def _value(v) -> str:
