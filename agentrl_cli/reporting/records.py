@@ -399,6 +399,7 @@ LONG, COMPACTION = "search-long-200", "search-long-compaction"
 # `search` the main command's runs (the newest build), the every-method sweep is on results.md
 EXPECT = (("`search`, the main command", MAIN, "focus"), ("`search-long`", LONG, "focus-0-5"),
           ("`search-long-compaction`", COMPACTION, "focus"), ("`math`", "families-math", "focus"),
+          ("`math`, tuned alike, GRPO's task count", "verdict-math", "focus"),
           ("`rules`", "families-rules", "focus"), ("`locate`", "families-locate", "focus"),
           ("`allocation-early`", "allocation-early", "focus"),
           ("`allocation-late`", "allocation-late", "focus"))
