@@ -625,6 +625,7 @@ QUOTES = (
     ("docs/methods.md", "is level with GRPO ({allocation-ladder:focus-kappa0:vs_ref}); entropy "
      "branching (`algo.focus_allocator=entropy`) is behind ({allocation-ladder:focus-entropy:vs_ref})"),
     ("docs/methods.md", "tokens per step at its budget of {methods-search:budget}"),
+    ("docs/methods.md", "FOCUS is still behind by {verdict-math:focus:vs_ref} points (six seeds"),
     ("docs/envs.md", "budget ({search-long-200:budget} generated tokens"),
 )
 
