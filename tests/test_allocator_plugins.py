@@ -124,3 +124,46 @@ def test_an_allocator_that_changes_its_inputs_changes_nothing(tmp_path):
     assert len(picks) >= 4 and max(picks) > 0, picks       # both called, past the roots
     assert runs["deepest"] and not differences(runs["deepest"], runs["vandal"]), \
         differences(runs["deepest"], runs["vandal"])
+
+
+AUDIT = '''
+import sys
+
+
+def deepest(candidates, ctx):
+    return max(candidates, key=lambda nd: (nd.depth, -nd.id))
+
+
+def vandal(candidates, ctx):
+    pick = deepest(candidates, ctx)
+    for tree in ctx.trees:
+        for nd in tree.nodes:
+            nd.n, nd.csum, nd.v, nd.launched, nd.own_inflight = 0, 9.0, 0.0, 99, 0
+            nd.children.clear()
+        tree.paths.clear()
+    ctx.trees.clear()
+    candidates.clear()
+    return pick
+
+
+def leave(candidates, ctx):
+    sys.exit(0)
+'''
+
+
+def test_audit_tree_runs_a_user_allocator_on_copies_under_the_guard(tmp_path):
+    """`diagnose audit-tree` calls a user's allocator as a run does: a vandalising one scores
+    as the plain one, an exiting one is one line naming it."""
+    f = tmp_path / "audit_alloc.py"
+    f.write_text(AUDIT)
+    js = tmp_path / "audit.json"
+    res = runner.invoke(app, ["diagnose", "audit-tree", "--budget", "8", "--seeds", "2",
+                              "--allocators", f"{f}:deepest,{f}:vandal", "--json", str(js)])
+    assert res.exit_code == 0, res.output
+    for per in json.loads(js.read_text()).values():
+        plain, vandal = per[f"{f}:deepest"], per[f"{f}:vandal"]
+        assert plain["mse"] == vandal["mse"] and len(plain["mse"]) == 5, (plain, vandal)
+    res = runner.invoke(app, ["diagnose", "audit-tree", "--budget", "4", "--seeds", "1",
+                              "--allocators", f"{f}:leave"])
+    _one_line_error(res, f"focus allocator '{f}:leave'", "audit_alloc.py:",
+                    "raised SystemExit: 0: user code must not end the process")
