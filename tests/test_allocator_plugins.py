@@ -158,12 +158,13 @@ def test_audit_tree_runs_a_user_allocator_on_copies_under_the_guard(tmp_path):
     f.write_text(AUDIT)
     js = tmp_path / "audit.json"
     res = runner.invoke(app, ["diagnose", "audit-tree", "--budget", "8", "--seeds", "2",
-                              "--allocators", f"{f}:deepest,{f}:vandal", "--json", str(js)])
+                              "--allocators", f"{f}:deepest,{f}:vandal", "--json", str(js),
+                              "--png", str(tmp_path / "audit.png")])
     assert res.exit_code == 0, res.output
     for per in json.loads(js.read_text()).values():
         plain, vandal = per[f"{f}:deepest"], per[f"{f}:vandal"]
         assert plain["mse"] == vandal["mse"] and len(plain["mse"]) == 5, (plain, vandal)
     res = runner.invoke(app, ["diagnose", "audit-tree", "--budget", "4", "--seeds", "1",
-                              "--allocators", f"{f}:leave"])
+                              "--allocators", f"{f}:leave", "--png", str(tmp_path / "b.png")])
     _one_line_error(res, f"focus allocator '{f}:leave'", "audit_alloc.py:",
                     "raised SystemExit: 0: user code must not end the process")
