@@ -12,6 +12,11 @@ estimate by part, the total, the measured peak and their ratio.
 
     python benchmarks/bench_update_memory.py                 # every case
     python benchmarks/bench_update_memory.py --cases s,s-ckpt --tokens 1024
+    python benchmarks/bench_update_memory.py --cases qwen3-0.6b,qwen3-0.6b-lora --tokens 1024
+
+`qwen3-0.6b` is Qwen3-0.6B's shape (hidden 1,024, 28 layers, 16 heads, 8 KV heads, intermediate
+3,072, tied embeddings; about 12 GiB at its peak, full fine-tuning); `qwen3-0.6b-lora` the same
+with `model.lora_rank=16` adapters on every projection (needs peft).
 """
 from __future__ import annotations
 
@@ -31,7 +36,10 @@ CASES = {
     "m": (512, 12, 8, 4, 64, 1536, False),
     "s-ckpt": (256, 8, 4, 2, 64, 768, True),
     "m-ckpt": (512, 12, 8, 4, 64, 1536, True),
+    "qwen3-0.6b": (1024, 28, 16, 8, 128, 3072, False),       # Qwen3-0.6B's shape, random weights
+    "qwen3-0.6b-lora": (1024, 28, 16, 8, 128, 3072, False),  # the same with LoRA adapters
 }
+LORA_RANK = {"qwen3-0.6b-lora": 16}   # model.lora_rank (every linear projection: peft's default)
 
 
 def _status(key: str) -> int:
@@ -82,9 +90,10 @@ def one(name: str, tokens: int) -> dict:
     from agentrl_cli.train.preflight import update_bytes
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    ckpt = CASES[name][-1]
+    ckpt, rank = CASES[name][-1], LORA_RANK.get(name, 0)
     cfg = load(method="grpo", sets=[f"train.max_tokens_per_microbatch={tokens}",
-                                    f"model.gradient_checkpointing={str(ckpt).lower()}"])
+                                    f"model.gradient_checkpointing={str(ckpt).lower()}",
+                                    f"model.lora_rank={rank}"])
     Path("/proc/self/clear_refs").write_text("5")      # the high-water mark from here
     base = _status("VmRSS")
     conf = model_config(name)
@@ -92,15 +101,18 @@ def one(name: str, tokens: int) -> dict:
     model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**conf, attn_implementation="sdpa"))
     if ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if rank:
+        from agentrl_cli.models.lora import wrap
+        model = wrap(model, cfg, name)
     learner = build_learner(cfg, model, log=lambda s: None)
     for step in (1, 2):
         update(learner, batch_of(tokens), cfg, step)
     peak = _status("VmHWM") - base
     batch = batch_of(tokens)
     parts = update_bytes(conf, tokens, int(batch.response_mask.sum()), cfg.train.logprob_chunk, 4,
-                         checkpointing=ckpt, tree_mask=cfg.train.tree_pack)
+                         lora_rank=rank, checkpointing=ckpt, tree_mask=cfg.train.tree_pack)
     return {"case": name, "params": sum(p.numel() for p in model.parameters()), "tokens": tokens,
-            "checkpointing": ckpt, "parts": parts, "estimate": sum(parts.values()), "measured": peak}
+            "checkpointing": ckpt, "lora_rank": rank, "parts": parts, "estimate": sum(parts.values()), "measured": peak}
 
 
 def main() -> None:
@@ -112,7 +124,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args.tokens)))
         return
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     gb = lambda b: f"{b / 2**30:.2f}"  # noqa: E731
     print("| case | parameters | tokens | gradient checkpointing | estimate GiB (weights + optimiser "
           "+ activations + LM head + tree mask) | measured GiB | estimate / measured |")
@@ -125,7 +138,8 @@ def main() -> None:
             continue
         r = json.loads(res.stdout.strip().splitlines()[-1])
         p = r["parts"]
-        print(f"| {name} | {r['params'] / 1e6:.1f} M | {r['tokens']} | {r['checkpointing']} | "
+        ckpt = f"{r['checkpointing']}" + (f", LoRA rank {r['lora_rank']}" if r["lora_rank"] else "")
+        print(f"| {name} | {r['params'] / 1e6:.1f} M | {r['tokens']} | {ckpt} | "
               f"{gb(r['estimate'])} ({' + '.join(gb(v) for v in p.values())}) | {gb(r['measured'])} | "
               f"{r['estimate'] / r['measured']:.2f} |", flush=True)
 

@@ -11,6 +11,7 @@ from agentrl_cli.cli.main import app
 from agentrl_cli.rollout import planner
 from agentrl_cli.rollout.tree import Tree
 
+from compare_metrics import differences, rows
 from conftest import set_args
 
 runner = CliRunner()
@@ -29,6 +30,27 @@ def deepest(candidates, ctx):
         f.write(json.dumps({"depths": [nd.depth for nd in candidates], "pick": pick.depth,
                             "allocator": ctx.algo.focus_allocator, "trees": len(ctx.trees),
                             "rng": ctx.rng is not None}) + "\\n")
+    return pick
+'''
+
+
+VANDAL = DEEPEST + '''
+
+def vandal(candidates, ctx):
+    """The deepest one's pick, then every input changed: the evidence, values, children and
+    env snapshot of every node, the trees' paths, the trees list and the candidates list."""
+    pick = deepest(candidates, ctx)
+    for tree in ctx.trees:
+        for nd in tree.nodes:
+            nd.n, nd.csum, nd.v, nd.g, nd.launched, nd.inflight = 0, 9.0, 0.0, 5.0, 99, 7
+            nd.children.clear()
+            if isinstance(nd.snapshot, dict):
+                nd.snapshot["history"].clear()
+                nd.snapshot["steps"] = 99
+        tree.paths.clear()
+        tree.through.clear()
+    ctx.trees.clear()
+    candidates.clear()
     return pick
 '''
 
@@ -83,3 +105,66 @@ def test_builtin_allocators_take_the_context():
     assert planner.ALLOCATORS.get("random")(t.nodes, ctx) is t.nodes[random.Random(0).randrange(2)]
     assert planner.ALLOCATORS.get("uniform")(t.nodes, ctx) is t.nodes[0]
     assert set(planner.ALLOCATORS.names()) >= {"focus", "uniform", "random", "raw-residual"}
+
+
+def test_an_allocator_that_changes_its_inputs_changes_nothing(tmp_path):
+    """It is handed copies: a run with an allocator that vandalises every node, tree and list it
+    is handed after choosing has the same metrics as the run with the same choice untouched."""
+    f = tmp_path / "alloc.py"
+    f.write_text(VANDAL)
+    runs = {}
+    for name in ("deepest", "vandal"):
+        out = tmp_path / name
+        res = runner.invoke(app, ["train", "--method", "focus", "--steps", "2", "--out", str(out),
+                                  "--set", f"algo.focus_allocator={f}:{name}",
+                                  *set_args(["rollout.group_size=4"])])
+        assert res.exit_code == 0, res.output
+        runs[name] = rows(out / "metrics.jsonl")
+    picks = [json.loads(x)["pick"] for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert len(picks) >= 4 and max(picks) > 0, picks       # both called, past the roots
+    assert runs["deepest"] and not differences(runs["deepest"], runs["vandal"]), \
+        differences(runs["deepest"], runs["vandal"])
+
+
+AUDIT = '''
+import sys
+
+
+def deepest(candidates, ctx):
+    return max(candidates, key=lambda nd: (nd.depth, -nd.id))
+
+
+def vandal(candidates, ctx):
+    pick = deepest(candidates, ctx)
+    for tree in ctx.trees:
+        for nd in tree.nodes:
+            nd.n, nd.csum, nd.v, nd.launched, nd.own_inflight = 0, 9.0, 0.0, 99, 0
+            nd.children.clear()
+        tree.paths.clear()
+    ctx.trees.clear()
+    candidates.clear()
+    return pick
+
+
+def leave(candidates, ctx):
+    sys.exit(0)
+'''
+
+
+def test_audit_tree_runs_a_user_allocator_on_copies_under_the_guard(tmp_path):
+    """`diagnose audit-tree` calls a user's allocator as a run does: a vandalising one scores
+    as the plain one, an exiting one is one line naming it."""
+    f = tmp_path / "audit_alloc.py"
+    f.write_text(AUDIT)
+    js = tmp_path / "audit.json"
+    res = runner.invoke(app, ["diagnose", "audit-tree", "--budget", "8", "--seeds", "2",
+                              "--allocators", f"{f}:deepest,{f}:vandal", "--json", str(js),
+                              "--png", str(tmp_path / "audit.png")])
+    assert res.exit_code == 0, res.output
+    for per in json.loads(js.read_text()).values():
+        plain, vandal = per[f"{f}:deepest"], per[f"{f}:vandal"]
+        assert plain["mse"] == vandal["mse"] and len(plain["mse"]) == 5, (plain, vandal)
+    res = runner.invoke(app, ["diagnose", "audit-tree", "--budget", "4", "--seeds", "1",
+                              "--allocators", f"{f}:leave", "--png", str(tmp_path / "b.png")])
+    _one_line_error(res, f"focus allocator '{f}:leave'", "audit_alloc.py:",
+                    "raised SystemExit: 0: user code must not end the process")

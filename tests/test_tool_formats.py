@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -377,3 +378,85 @@ def test_the_python_api_trains_the_qwen3_model_with_json_tools(qwen3_dir, tmp_pa
     ep = trace["episodes"][0]
     prompt = "".join(ep["tokens"][:ep["turns"][0]["start"]])
     assert "<tools>" in prompt and '"name": "search"' in prompt
+
+
+# a tool env whose scripted expert writes hostile tool calls: deeply nested JSON, a huge
+# integer, 16,384 unclosed tags (one per task), then a valid answer
+HOSTILE_ENV = '''
+from agentrl_cli.envs import StepResult, Task
+from agentrl_cli.envs.tool_calls import function_tool
+
+HOSTILE = {
+    "t0": "<tool_call>" + "[" * 100_000 + "</tool_call>",
+    "t1": '<tool_call>{"name": "search", "arguments": {"query": ' + "9" * 5000 + "}}</tool_call>",
+    "t2": "<tool_call>" * 16_384,
+}
+
+
+class Env:
+    system_prompt = "Search, then answer."
+
+    def reset(self, task):
+        self.task, self.steps = task, 0
+        return task.prompt
+
+    def step(self, action):
+        self.steps += 1
+        done = action.startswith("answer(")
+        return StepResult("noted", 1.0 if done else 0.0, done, False, {"error": not done})
+
+    def snapshot(self):
+        return {"task": self.task, "steps": self.steps}
+
+    def restore(self, state):
+        self.task, self.steps = state["task"], state["steps"]
+
+
+class Spec:
+    name = "hostile"
+    reward_range = (0.0, 1.0)
+    tool_schemas = [function_tool("search", "Search.", query=("string", "the query")),
+                    function_tool("answer", "Answer; ends the episode.", text=("string", "it"))]
+
+    def make(self):
+        return Env()
+
+    def tasks(self, split, n=None):
+        tasks = [Task(t, f"Question {t}.", "done") for t in HOSTILE]
+        return tasks if n is None else tasks[:n]
+
+    def expert(self, env, rng, error_rate=0.0):
+        return HOSTILE[env.task.task_id] if env.steps == 0 else "answer(done)"
+
+
+def make(seed=0, max_turns=3):
+    return Spec()
+'''
+
+
+def test_hostile_tool_calls_from_the_policy_are_error_observations(qwen3_dir, tmp_path):
+    """`agentrl rollout` of a policy that writes deeply nested JSON, a 5,000-digit integer and
+    16,384 unclosed <tool_call> tags: each episode gets an error observation naming the
+    problem (not an env error, not a traceback), answers on its next turn and ends; the
+    command finishes (rollout.max_tokens: a context that holds them)."""
+    f = tmp_path / "hostile_env.py"
+    f.write_text(HOSTILE_ENV)
+    out = tmp_path / "eps.jsonl"
+    t0 = time.time()
+    res = runner.invoke(app, ["rollout", "--env", f"{f}:make", "--model", str(qwen3_dir),
+                              "--policy", "expert", "--n", "3", "--out", str(out),
+                              *sum((["--set", s] for s in [*MICRO, "model.tool_format=hermes",
+                                                             "rollout.max_tokens=400000"]), [])])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert time.time() - t0 < 120
+    eps = {e["task_id"]: e for e in map(json.loads, out.read_text().splitlines())}
+    needles = {"t0": "nests JSON deeper than 32 levels",
+               "t1": "a number in the tool call has 5,000 characters",
+               "t2": "not closed"}
+    assert set(eps) == set(needles), list(eps)
+    for task, needle in needles.items():
+        first, last = eps[task]["turns"][0], eps[task]["turns"][-1]
+        assert first["observation"].startswith("error: ") and needle in first["observation"], \
+            (eps[task]["finish"], first["observation"][:300])
+        assert len(eps[task]["turns"]) == 2 and eps[task]["reward"] == 1.0, eps[task]["finish"]
+        assert "env_error" not in json.dumps(eps[task].get("meta", {})), eps[task].get("meta")

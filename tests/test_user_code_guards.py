@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import sys
 import time
 
 import pytest
@@ -285,3 +286,48 @@ def test_a_full_disk_in_any_save_is_one_line(tmp_path, monkeypatch, model_dir):
     res = runner.invoke(app, ["rollout", "--model", model_dir, "--n", "1", "--out", str(out),
                               *_sets()])
     _error_line(res, f"cannot write {out} (No space left on device): the disk is full")
+
+
+# ------------------------------------------------------------------ snapshot and restore
+class _Forking:
+    """An env whose snapshot or restore fails: `fault` = (method, how)."""
+
+    system_prompt = "s"
+
+    def __init__(self, fault):
+        self.fault = fault
+
+    def _maybe_fail(self, method):
+        if self.fault == (method, "exit"):
+            sys.exit(5)
+        if self.fault == (method, "raise"):
+            raise KeyError("gone")
+
+    def snapshot(self):
+        self._maybe_fail("snapshot")
+        return {"pos": 1}
+
+    def restore(self, state):
+        self._maybe_fail("restore")
+
+
+@pytest.mark.parametrize("method, how, needle", [
+    ("snapshot", "exit", "raised SystemExit: 5: an env must not end the process"),
+    ("snapshot", "raise", "raised KeyError: 'gone'"),
+    ("restore", "exit", "raised SystemExit: 5: an env must not end the process"),
+    ("restore", "raise", "raised KeyError: 'gone'"),
+])
+def test_a_failing_snapshot_or_restore_is_one_line_naming_it(method, how, needle):
+    from agentrl_cli.envs.guard import EnvContractError, GuardedEnv, Limits
+
+    env = GuardedEnv(_Forking((method, how)), Limits("forking", (0.0, 1.0), 5.0, 1000))
+    call = env.snapshot if method == "snapshot" else lambda: env.restore({"pos": 1})
+    with pytest.raises(EnvContractError) as e:
+        call()
+    line = str(e.value)
+    fn = getattr(_Forking, method)
+    assert line.startswith("env 'forking'") and f"{method}() (" in line, line
+    assert f"test_user_code_guards.py:{fn.__code__.co_firstlineno})" in line and needle in line
+    assert "\n" not in line
+    healthy = GuardedEnv(_Forking(None), Limits("forking", (0.0, 1.0), 5.0, 1000))
+    assert healthy.snapshot() == {"pos": 1} and healthy.restore({"pos": 1}) is None

@@ -19,7 +19,8 @@ the audit states and every allocator spends its budget on the states that are me
 The simulation uses the real FOCUS machinery: the node statistics of `rollout.tree.Node`
 (`n`, `cbar`, `inflight`, `launched`, `own_inflight`), their gain `rollout.planner.gain`
 (`credit.focus_gain`), the allocators of `rollout.planner.ALLOCATORS` through the very decision
-function the rollout runner calls (`rollout.planner.pick_continuation`), and the refined values
+function the rollout runner calls (`rollout.planner.pick_continuation`; a user's allocator on
+copies of its inputs and under the guard, `rollout.planner.guarded_allocator`), and the refined values
 of `credit.refine_values` (Eq. 1; backed up incrementally, equal to it, tested). Paths advance
 one state per tick and at most `capacity` run at once, as the asynchronous runner's rows do, so
 in-flight continuations count in `n_eff`.
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
 from ..config import AlgoConfig
-from ..rollout.planner import ALLOCATORS, gain, pick_continuation
+from ..envs.guard import DEFAULT_TIMEOUT_S
+from ..rollout.planner import ALLOCATORS, gain, guarded_allocator, pick_continuation
 from ..rollout.tree import Node, Tree
 
 ALLOCATOR_NAMES = tuple(ALLOCATORS.names())   # the registered ones (a user's is named with --allocators)
@@ -226,7 +228,7 @@ class AuditSim:
     def __init__(self, world: World, critic: Callable[[State, random.Random], float],
                  allocator: str, spec: AuditSpec, seed: int):
         self.world, self.critic, self.spec = world, critic, spec
-        self.allocate = ALLOCATORS.get(allocator)
+        self.allocate = guarded_allocator(allocator, ALLOCATORS.get(allocator), DEFAULT_TIMEOUT_S)
         self.algo = replace(AlgoConfig(), focus_allocator=allocator, kappa=spec.kappa,  # the allocator's ctx.algo
                             gamma=spec.gamma, focus_gain=spec.gain_kind, focus_evidence=spec.evidence,
                             focus_max_inflight=spec.max_inflight, focus_min_depth=spec.min_depth)

@@ -47,11 +47,12 @@ older one), `uniform` (fewest continuations launched from the node so far), `ran
 """
 from __future__ import annotations
 
+import copy
 import math
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 import torch
@@ -116,17 +117,57 @@ def _checked_allocator(name: str, fn: Any) -> Allocator:
     return fn
 
 
+class NodeCopy(Node):
+    """A copy of a `Node` handed to a user's allocator: its fields and children list its own,
+    its env snapshot deep-copied on first read (most allocators never read it)."""
+
+    def __init__(self, node: Node):
+        for f in fields(Node):
+            if f.name != "snapshot":
+                setattr(self, f.name, getattr(node, f.name))
+        self.children = list(node.children)
+        self._source, self._copied = node.snapshot, False
+
+    @property
+    def snapshot(self) -> Any:
+        if not self._copied:
+            self._snap, self._copied = copy.deepcopy(self._source), True
+        return self._snap
+
+    @snapshot.setter
+    def snapshot(self, value: Any) -> None:
+        self._snap, self._copied = value, True
+
+
+def allocator_view(cands: list[Node], ctx: AllocatorContext) -> tuple[list[Node], AllocatorContext]:
+    """Copies of what an allocator is handed: the candidates and the step's trees (nodes, paths,
+    their lists), the candidates being nodes of the copied trees; `ctx.algo` (frozen) and
+    `ctx.rng` (the step's allocation generator, advanced by the allocator's draws) are the run's."""
+    copies: dict[int, Node] = {}
+    trees = []
+    for t in ctx.trees:
+        nodes = [NodeCopy(nd) for nd in t.nodes]
+        copies.update((id(nd), c) for nd, c in zip(t.nodes, nodes))
+        trees.append(Tree(t.task_id, t.group, nodes, {k: list(v) for k, v in t.paths.items()},
+                          {k: list(v) for k, v in t.through.items()}))
+    return [copies.get(id(nd)) or NodeCopy(nd) for nd in cands], replace(ctx, trees=trees)
+
+
 def guarded_allocator(name: str, fn: Allocator, timeout_s: float) -> Allocator:
     """A user's allocator `fn` run as an env's steps are (`envs.guard.call_user`: within
     `timeout_s`, an exception, exit or timeout is one line naming it, its file and the step's
-    tasks); a built-in one (a registered name) as it is."""
+    tasks), on copies of its inputs (`allocator_view`: changing them changes nothing in the run;
+    the copy it picks stands for the candidate it copies); a built-in one (a registered name) as
+    it is."""
     if Registry.__contains__(ALLOCATORS, name):
         return fn
 
     def allocate(cands: list[Node], ctx: AllocatorContext) -> Node | None:
         tasks = ", ".join(dict.fromkeys(t.task_id for t in ctx.trees))
-        return guard.call_user(fn, (cands, ctx), {}, timeout_s,
+        view, view_ctx = allocator_view(cands, ctx)
+        pick = guard.call_user(fn, (list(view), view_ctx), {}, timeout_s,
                                f"focus allocator '{name}' on tasks {tasks:.120}")
+        return next((nd for nd, c in zip(cands, view) if c is pick), pick)
 
     return allocate
 
