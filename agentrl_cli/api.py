@@ -2,8 +2,8 @@
 
     from agentrl_cli.api import load_config, train, evaluate, rollout, serve_env
 
-Each function calls what its command calls (`agentrl train`: `train.launch.launch`; `agentrl
-eval`: `train.held_out.eval_checkpoint`; `agentrl rollout`: `train.rollout_command.collect_rollout`),
+Each function calls what its command calls (`agentrl train`: `app.train.launch`; `agentrl
+eval`: `app.evaluate.eval_checkpoint`; `agentrl rollout`: `app.rollout.collect_rollout`),
 so a run started here has the same folder, files and checks as one started on the command line,
 and `agentrl train --resume`, `agentrl eval` and `agentrl view` read it. The arguments are
 checked as the command checks its options (types and bounds), and every user mistake raises
@@ -119,7 +119,7 @@ def load_config(config: str | Path | None = None, sets: Mapping[str, Any] | Sequ
     (`--env`) or a Python factory, env spec or env class, `rewards` reward functions (one or a
     list: Python functions, `--reward`'s "file.py:fn[:weight]" strings, or {"fn", "weight",
     "name"} mappings); the other arguments are the command's options."""
-    from .train.preflight import load_config as command_config
+    from .app.preflight import load_config as command_config
 
     call = "load_config"
     _expect(call, "config", config, PathLike, "a YAML file's path")
@@ -152,7 +152,7 @@ def train(cfg: RunConfig, out: str | Path | None = None, *,
     -> the run's summary (summary.json) with `out`. `on_step(step, metrics)` is called after
     each step with its metrics.jsonl row; returning False or raising `errors.StopTraining`
     ends the run there with a checkpoint of that step (`resume` continues it)."""
-    from .train.launch import TrainRequest, launch
+    from .app.train import TrainRequest, launch
 
     cfg = _run_config(cfg)
     _expect("train", "out", out, PathLike, "a folder's path")
@@ -171,7 +171,7 @@ def resume(run: str | Path, steps: int | None = None, *,
     """Continue a run folder from its newest checkpoint (`agentrl train --resume RUN`), to
     `steps` steps in all when given -> its summary with `out`, or None when it had already run
     its steps."""
-    from .train.launch import TrainRequest, launch
+    from .app.train import TrainRequest, launch
 
     _expect("resume", "run", run, PathLike, "a run folder's path")
     if run is None:
@@ -192,7 +192,7 @@ def evaluate(checkpoint: str | Path | None = None, *, model: str | None = None,
     """A held-out evaluation (`agentrl eval`) of a run's checkpoint (`<run>/checkpoints/step-N`,
     or the run folder: its newest) with the run's own settings, or of `model` -> the results:
     `mean@1`, `mean@1_se`, `pass@k`, `pass^k`, `tokens_per_question`, `tool_calls`, ..."""
-    from .train.held_out import EvalRequest, eval_checkpoint
+    from .app.evaluate import EvalRequest, eval_checkpoint
 
     call = "evaluate"
     _expect(call, "checkpoint", checkpoint, PathLike, "a checkpoint's or run folder's path")
@@ -216,7 +216,7 @@ def rollout(out: str | Path, n: int = 64, *, method: str | None = None,
     """Roll out episodes (`agentrl rollout`) and write them to the JSONL file `out` -> the
     episodes (`types.Episode`); with `method` naming a tree method (focus), one tree per
     task."""
-    from .train.rollout_command import RolloutRequest, collect_rollout
+    from .app.rollout import RolloutRequest, collect_rollout
 
     call = "rollout"
     _expect(call, "out", out, PathLike, "a JSONL file's path")
@@ -246,7 +246,7 @@ def serve_env(env: str, port: int = 0, *, host: str = "127.0.0.1",
     the running server: its `url` (give it as `env=` to `load_config`), `close()`; a context
     manager. `port` 0 picks a free one."""
     from .envs.env_server import EnvServer, serve_in_thread
-    from .train.preflight import load_checked
+    from .app.preflight import load_checked
 
     cfg = load_checked(None, _sets(sets, None), **{"env.name": env})
     return serve_in_thread(EnvServer(cfg.env, max_episodes=max_episodes,

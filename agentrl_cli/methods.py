@@ -17,7 +17,7 @@ class Recipe:
     critic: bool = False          # trains a value function
     reference: bool = False       # needs a frozen copy of the initial policy
     extra_rollouts: str = ""      # what extra generation (or forward passes) it spends, for the README table
-    # starts from the tiny build's fitted value head (`train.tiny_build.fit_value_head`). That
+    # starts from the tiny build's fitted value head (`app.tiny_build.fit_value_head`). That
     # head is fitted on turn-start states only, so only credit that reads the critic at segment
     # boundaries (FOCUS) may start from it; token-level GAE (ppo) and MPO's intra-turn trace read
     # it at every policy token, where the fit does not hold (measured: critic loss 0.76 at PPO's

@@ -28,7 +28,7 @@ from agentrl_cli import config  # noqa: E402
 from agentrl_cli.credit.estimators import ESTIMATORS  # noqa: E402
 from agentrl_cli.engines.base import SamplingParams  # noqa: E402
 from agentrl_cli.engines.hf import HFEngine  # noqa: E402
-from agentrl_cli.train.tiny_build import load_policy  # noqa: E402
+from agentrl_cli.app.tiny_build import load_policy  # noqa: E402
 from agentrl_cli.rollout.runner import run_episodes  # noqa: E402
 from agentrl_cli.train.batch import collate  # noqa: E402
 from agentrl_cli.context import make_spec  # noqa: E402

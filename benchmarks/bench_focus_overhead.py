@@ -30,7 +30,7 @@ from agentrl_cli import config
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.models.critic import ValueHead, build_critic
-from agentrl_cli.train.tiny_build import load_policy
+from agentrl_cli.app.tiny_build import load_policy
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.context import make_spec
 

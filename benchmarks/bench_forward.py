@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_cli import config  # noqa: E402
 from agentrl_cli.engines import hf  # noqa: E402
-from agentrl_cli.train.tiny_build import load_policy  # noqa: E402
+from agentrl_cli.app.tiny_build import load_policy  # noqa: E402
 
 
 def per_forward(model, pad_id: int, rows: int, context: int, forwards: int, reps: int) -> float:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_cli import config  # noqa: E402
 from agentrl_cli.engines import kv_batch  # noqa: E402
-from agentrl_cli.train.tiny_build import load_policy  # noqa: E402
+from agentrl_cli.app.tiny_build import load_policy  # noqa: E402
 
 
 def gather_columns(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor, n: int) -> None:

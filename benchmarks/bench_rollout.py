@@ -18,7 +18,7 @@ import torch
 from agentrl_cli import config
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.engines.hf import HFEngine
-from agentrl_cli.train.tiny_build import load_policy
+from agentrl_cli.app.tiny_build import load_policy
 from agentrl_cli.context import make_spec
 from agentrl_cli.context.episode import LiveEpisode as _Live, append_turn, apply_step, new_episode
 from agentrl_cli.rollout.runner import run_episodes

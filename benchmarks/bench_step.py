@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from agentrl_cli.app.train import train as checked_train
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("load", "rollout", "scoring", "update", "eval", "other")
@@ -296,7 +297,7 @@ def child(args) -> None:
     loop.evaluate = timed("eval", loop.evaluate)
     cfg = config.load(method=args.method, sets=[f"train.steps={args.steps}"] + args.set)
     out = Path(args.out)
-    loop.train(cfg, out, log=lambda s: None)
+    checked_train(cfg, out, log=lambda s: None)
     total_wall = time.perf_counter() - T0
     ph.finish(total_wall, time.process_time())
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]

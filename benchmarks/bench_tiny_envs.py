@@ -25,7 +25,7 @@ import torch
 
 from agentrl_cli import config
 from agentrl_cli.evaluation.runner import run_eval
-from agentrl_cli.train.tiny_build import ensure_model
+from agentrl_cli.app.tiny_build import ensure_model
 from agentrl_cli.context import make_spec
 
 

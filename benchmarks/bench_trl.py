@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from agentrl_cli.app.train import train as checked_train
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = "pip install trl"
@@ -101,7 +102,7 @@ def prompt_rows(cfg, tok, steps: int) -> list[dict]:
     ({"prompt", "answer", "ids"}: "ids" are agentrl's prompt ids)."""
     from agentrl_cli.context import make_spec
     from agentrl_cli.models.chat import ChatFormat
-    from agentrl_cli.train.loop import TaskSampler
+    from agentrl_cli.rollout.tasks import TaskSampler
 
     spec = make_spec(cfg)
     env = spec.make()
@@ -175,7 +176,7 @@ def agentrl_child(args) -> dict:
 
     loop.run_step, loop.open_rollouts, loop.update = run_step, open_rollouts, update
     cfg = run_config(args.warmup + args.steps, args.set)
-    loop.train(cfg, Path(args.out), log=lambda s: None)
+    checked_train(cfg, Path(args.out), log=lambda s: None)
     import transformers
     if Path(agentrl_cli.__file__).resolve().parents[1] != ROOT:
         raise SystemExit(f"bench_trl: imported agentrl_cli from {agentrl_cli.__file__}, not {ROOT}")
@@ -193,7 +194,7 @@ def trl_child(args) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.app.tiny_build import ensure_model
 
     cfg = run_config(args.warmup + args.steps, args.set)
     path = ensure_model(cfg, log=lambda s: None)
@@ -378,7 +379,7 @@ def main(argv=None) -> None:
     if trl_version() is None:
         print(MISSING)
         raise SystemExit(2)
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.app.tiny_build import ensure_model
 
     cfg = run_config(args.warmup + args.steps, args.set)
     model = ensure_model(cfg, log=lambda s: None)

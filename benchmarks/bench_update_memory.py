@@ -1,4 +1,4 @@
-"""The update's peak memory: `train.preflight.update_bytes`'s estimate against the measured peak
+"""The update's peak memory: `app.preflight.update_bytes`'s estimate against the measured peak
 resident memory of one process running the trainer's update, on random Qwen3-shaped models of
 increasing size (vocabulary 151,936, as Qwen3's).
 
@@ -87,7 +87,7 @@ def one(name: str, tokens: int) -> dict:
 
     from agentrl_cli.config import load
     from agentrl_cli.train.learner import build_learner, update
-    from agentrl_cli.train.preflight import update_bytes
+    from agentrl_cli.app.preflight import update_bytes
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     ckpt, rank = CASES[name][-1], LORA_RANK.get(name, 0)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentrl_cli.models.chat import ChatFormat  # noqa: E402
 from agentrl_cli.models.sequences import pad_episodes, token_logprobs  # noqa: E402
 from agentrl_cli.models.tiny import TinyRecipe, make_model, train_tokenizer  # noqa: E402
-from agentrl_cli.train.tiny_build import recipe_spec  # noqa: E402
+from agentrl_cli.app.tiny_build import recipe_spec  # noqa: E402
 from agentrl_cli.rollout.runner import run_expert  # noqa: E402
 
 

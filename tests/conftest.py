@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from agentrl_cli.app.train import train as checked_train
 
 # The suite is a CPU suite, also on a machine with a GPU (where model.device=auto would pick
 # it): CUDA is hidden unless AGENTRL_TEST_CUDA=1, which runs the `gpu`-marked tests on the GPU
@@ -49,7 +50,7 @@ def micro_policy(_cache):
     """(model, tokenizer, fmt, spec) of the micro tiny model on the search env."""
     from agentrl_cli import config
     from agentrl_cli.context import make_spec
-    from agentrl_cli.train.tiny_build import load_policy
+    from agentrl_cli.app.tiny_build import load_policy
 
     cfg = config.load(sets=MICRO)
     model, tok, fmt, _ = load_policy(cfg, log=lambda s: None)
@@ -61,7 +62,7 @@ def model_dir(_cache):
     """The micro tiny model's folder (the search env's, no warm-up): a policy for any env, as
     its byte-level tokenizer encodes any text."""
     from agentrl_cli import config
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.app.tiny_build import ensure_model
 
     return ensure_model(config.load(sets=MICRO), log=lambda s: None)
 
@@ -120,7 +121,7 @@ def train_until_interrupted(monkeypatch, cfg, out, step: int = 2) -> None:
 
     monkeypatch.setattr(checkpoint, "save", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
-        loop.train(cfg, out, log=lambda s: None)
+        checked_train(cfg, out, log=lambda s: None)
     monkeypatch.setattr(checkpoint, "save", real_save)
 
 

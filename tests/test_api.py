@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli import api
-from agentrl_cli.train import launch as launch_module
+from agentrl_cli.app import train as launch_module
 from conftest import MICRO
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_a_callback_returning_false_stops_with_a_checkpoint_and_resume_continues
 
 
 def test_the_api_calls_the_commands_library_functions(tmp_path, monkeypatch):
-    """train -> train.launch.launch (what `agentrl train` calls), with the config as given."""
+    """train -> app.train.launch (what `agentrl train` calls), with the config as given."""
     seen = {}
 
     def fake(req, log=print, progress=None, announce=None, on_step=None):
@@ -79,7 +79,7 @@ def test_the_api_calls_the_commands_library_functions(tmp_path, monkeypatch):
     assert seen["on_step"] is cb and out == {"steps": 0, "out": str(tmp_path)}
     src = ast.parse((ROOT / "agentrl_cli" / "api.py").read_text())
     imported = {n.module for n in ast.walk(src) if isinstance(n, ast.ImportFrom)}
-    assert {"train.launch", "train.held_out", "train.rollout_command"} <= imported
+    assert {"app.train", "app.evaluate", "app.rollout"} <= imported
 
 
 def test_a_mistake_through_the_api_is_the_commands_one_line(monkeypatch):

@@ -38,8 +38,8 @@ def test_prompts_are_agentrls_tasks_and_ids():
     from transformers import AutoTokenizer
 
     from agentrl_cli.context import make_spec
-    from agentrl_cli.train.loop import TaskSampler
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.rollout.tasks import TaskSampler
+    from agentrl_cli.app.tiny_build import ensure_model
 
     cfg = bt.run_config(2, ["rollout.tasks_per_step=3"])
     assert (cfg.method, cfg.train.trace_every, cfg.train.eval_samples) == ("grpo", 0, 1)

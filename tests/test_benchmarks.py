@@ -107,7 +107,7 @@ def test_cli_benchmark_errors_exit_2(data_dir):
 
 
 def test_benchmark_presets_rank_below_file_and_set(tmp_path):
-    from agentrl_cli.train.preflight import load_config
+    from agentrl_cli.app.preflight import load_config
 
     cfg = load_config(None, None, benchmark="bfcl-multi-turn-base")
     assert (cfg.env.name, cfg.env.max_turns, cfg.rollout.max_tokens) == \

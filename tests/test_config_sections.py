@@ -62,7 +62,7 @@ def test_far_names_and_valid_sections_are_unchanged():
 ])
 def test_values_alone_are_checked_when_the_config_is_built(item, needle):
     """Config knows values, not plugins: a value's range or choice fails in `config.load`,
-    before `train.preflight.check_names` looks up any plugin."""
+    before `app.preflight.check_names` looks up any plugin."""
     with pytest.raises(ConfigError) as e:
         config.load(sets=[item])
     assert needle in str(e.value)

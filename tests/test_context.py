@@ -26,6 +26,7 @@ from agentrl_cli.train import loop
 from agentrl_cli.train.batch import collate, forward
 
 from conftest import MICRO
+from agentrl_cli.app.train import train as checked_train
 
 MAX_TOKENS = 512
 PARAMS = SamplingParams(max_new_tokens=8)
@@ -244,7 +245,7 @@ def test_config_validation():
         config.load(sets=["context.operator=compaction", "model.attention=flex_attention"])
     with pytest.raises(ConfigError, match="context.style"):
         config.load(sets=["context.style=bullet"])
-    from agentrl_cli.train.preflight import check_names
+    from agentrl_cli.app.preflight import check_names
 
     bad = config.load(sets=["context.operator=compact"])   # a value: config does not know plugins
     with pytest.raises(Exception, match="unknown context operator 'compact'"):
@@ -343,7 +344,7 @@ def test_train_end_to_end(tmp_path, method, operator):
     cfg = config.load(method=method, sets=MICRO + [
         "train.steps=1", "train.eval_tasks=1", "env.max_turns=4", "rollout.max_tokens=400",
         f"context.operator={operator}", f"context.threshold_tokens={threshold}"])
-    loop.train(cfg, tmp_path, log=lambda s: None)
+    checked_train(cfg, tmp_path, log=lambda s: None)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     step = rows[-1]
     assert step["step"] == 1 and step["rollout/context_resets"] > 0
@@ -375,6 +376,6 @@ def test_focus_continuations_after_context_resets(tmp_path, operator):
         "train.steps=1", "train.eval_tasks=1", "env.max_turns=4", "rollout.max_tokens=400",
         "rollout.budget_tokens=200", f"context.operator={operator}",
         f"context.threshold_tokens={threshold}"])
-    loop.train(cfg, tmp_path, log=lambda s: None)
+    checked_train(cfg, tmp_path, log=lambda s: None)
     step = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
     assert step["step"] == 1 and step["rollout/logprob_gap"] < 1e-4

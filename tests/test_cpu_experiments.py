@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from agentrl_cli.cli.main import app
 from agentrl_cli.models import tiny
 from agentrl_cli.models.loading import tiny_recipe
-from agentrl_cli.train.preflight import load_config
+from agentrl_cli.app.preflight import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = sorted((ROOT / "experiments").glob("*-cpu.yaml"))

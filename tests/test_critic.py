@@ -268,7 +268,7 @@ def test_separate_critic_from_its_own_model_path(micro_policy, tmp_path):
     from agentrl_cli.models.critic import SeparateCritic
     from agentrl_cli.models.loading import model_path
     from agentrl_cli.train import checkpoint
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     folder = _small_critic_folder(micro_policy, tmp_path / "small")
     sets = MICRO + ["model.critic=separate", f"model.critic_path={folder}", "train.steps=2",

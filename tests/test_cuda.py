@@ -89,7 +89,7 @@ def test_every_method_trains_on_cuda(method, tmp_path):
     """Two steps on the GPU: finite losses, and the engine's log-probs (sampled on the GPU) agree
     with the trainer's (scored on the GPU from the CPU-built batch). `method:KEY=VALUE` adds an
     override (mpo's recipe already has a separate critic; focus reads it inside its trees)."""
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     method, *extra = method.split(":")
     cfg = config.load(method=method, sets=CUDA_E2E + extra)
@@ -113,7 +113,7 @@ def test_cuda_run_resumes_and_evaluates(tmp_path):
 
     from agentrl_cli.cli.main import app
     from agentrl_cli.train import checkpoint
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     cfg = config.load(method="ppo", sets=CUDA_E2E)
     train(cfg, tmp_path / "a", log=lambda s: None)

@@ -270,7 +270,7 @@ def test_tool_calls_cli_on_a_written_metrics_file(tmp_path):
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory, micro_policy):
     """Two steps of MPO (a critic) on the micro model, a checkpoint after each."""
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     out = tmp_path_factory.mktemp("diag") / "mpo"
     cfg = config.load(sets=MICRO + ["train.steps=2", "train.save_every=1", "train.eval_every=0",
@@ -373,7 +373,7 @@ def test_env_world_audit_states_truth_and_pool(micro_run):
 def test_continuations_resume_from_the_visible_context_under_compaction(micro_policy):
     from agentrl_cli.context.windows import visible_ids
     from agentrl_cli.diagnostics.mc import continue_from, load_checkpoint_policy, sample_episodes
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.app.tiny_build import ensure_model
 
     cfg = config.load(sets=MICRO + ["context.operator=compaction", "context.threshold_tokens=100",
                                     "env.max_turns=6"])

@@ -58,7 +58,7 @@ def _rank_main(rank, world, port, eps, out_dir):
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     from agentrl_cli.models.loading import load_policy
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     cfg = _cfg()
     comm = distributed.from_env(cfg)

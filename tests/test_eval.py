@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from agentrl_cli import config
 from agentrl_cli.cli.main import app
+from agentrl_cli.app.train import train as checked_train
 
 runner = CliRunner()
 
@@ -19,7 +20,7 @@ def test_eval_of_a_run_reproduces_the_trainers_held_out_check(tmp_path, micro_po
     cfg = config.load(method="grpo", sets=MICRO + ["train.steps=2", "train.eval_every=1",
                                                    "train.eval_tasks=4", "train.eval_samples=2"])
     out = tmp_path / "run"
-    loop.train(cfg, out, log=lambda s: None)
+    checked_train(cfg, out, log=lambda s: None)
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     js = tmp_path / "eval.json"
     r = runner.invoke(app, ["eval", "--checkpoint", str(out), "--json", str(js)])

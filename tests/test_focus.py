@@ -177,7 +177,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
             origin = tree.nodes[e.meta["focus_origin"]]
             assert all(m == 0 for m in e.response_mask[:origin.position])
     from agentrl_cli.registry import RegistryError
-    from agentrl_cli.train.preflight import check_names
+    from agentrl_cli.app.preflight import check_names
 
     with pytest.raises(RegistryError, match="unknown focus allocator 'bogus'"):
         check_names(config.load(method="focus", sets=["algo.focus_allocator=bogus"]))
@@ -363,7 +363,7 @@ def test_evidence_backup_keeps_the_critic_out_of_its_own_targets():
 
 
 def test_train_focus_two_steps(tmp_path):
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     cfg = config.load(sets=MICRO + ["train.steps=2", "train.eval_every=0", "train.save_every=0",
                                     "algo.focus_roots=1"], method="focus")
@@ -446,7 +446,7 @@ def test_budget_match_caps_a_step_at_a_linear_step_of_the_base():
     generate what a linear step of the base policy generated on step 1's tasks (measured at step
     0); a run saved before that was recorded predicts it from the base check's tokens per
     question; an explicit `rollout.budget_tokens` wins; other recipes have no cap."""
-    from agentrl_cli.train.loop import step_budget
+    from agentrl_cli.rollout.matched_budget import step_budget
 
     base = {"tokens_per_question": 38.5, "linear_step_tokens": 2663}
     focus = config.load(method="focus", sets=["rollout.tasks_per_step=8", "rollout.group_size=8"])
@@ -464,7 +464,7 @@ def test_budget_match_is_what_ablate_measures_for_a_grpo_step(tmp_path):
     """The main command's matched budget and `agentrl ablate`'s are one computation: a focus
     run's budget equals the tokens of the base policy's linear step on step 1's tasks."""
     from agentrl_cli.ablate import budget as ablate
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     sets = [*MICRO, "train.steps=1"]
     cfg = config.load(method="focus", sets=sets)

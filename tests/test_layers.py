@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # a module may import its own layer or lower ones, never a higher one
-LAYER = {"cli": 9, "api": 9, "ablate": 8, "diagnostics": 8, "train": 7, "evaluation": 6, "rollout": 5,
+LAYER = {"cli": 10, "api": 10, "ablate": 9, "diagnostics": 9, "app": 8, "train": 7, "evaluation": 6, "rollout": 5,
          "context": 4, "envs": 3, "engines": 3, "models": 3, "config": 2, "methods": 2,
          "credit": 2, "losses": 2, "metrics": 2, "reporting": 2, "registry": 1, "types": 1,
          "errors": 1}

@@ -19,8 +19,9 @@ from agentrl_cli.models import loading, lora
 from agentrl_cli.models.sequences import token_logprobs
 from agentrl_cli.train import checkpoint, loop
 from agentrl_cli.train.learner import build_learner, score, update
-from agentrl_cli.train.tiny_build import load_policy
+from agentrl_cli.app.tiny_build import load_policy
 from conftest import MICRO, random_batch, train_until_interrupted
+from agentrl_cli.app.train import train as checked_train
 
 LORA = ["model.lora_rank=4", "model.lora_alpha=8"]
 VOLATILE = ("time/", "tokens/s")
@@ -82,9 +83,9 @@ def test_resume_reproduces_an_uninterrupted_lora_run_and_eval_loads_it(tmp_path,
                            "train.save_every=1", "train.eval_every=2", "rollout.max_new_tokens=6"]
     cfg = config.load(method="ppo", sets=sets)
     full, part = tmp_path / "full", tmp_path / "part"
-    loop.train(cfg, full, log=lambda s: None)
+    checked_train(cfg, full, log=lambda s: None)
     train_until_interrupted(monkeypatch, cfg, part, step=2)
-    loop.train(cfg, part, resume=str(part), log=lambda s: None)
+    checked_train(cfg, part, resume=str(part), log=lambda s: None)
 
     def rows(out):
         rs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -13,7 +13,7 @@ from agentrl_cli import config
 from agentrl_cli.models.sequences import hidden_states, logprobs_from_hidden
 from agentrl_cli.train.batch import microbatches
 from agentrl_cli.train.learner import build_learner, score, update
-from agentrl_cli.train.tiny_build import load_policy
+from agentrl_cli.app.tiny_build import load_policy
 
 TOL = dict(atol=1e-6, rtol=1e-4)
 

@@ -447,7 +447,7 @@ E2E = MICRO + ["rollout.max_new_tokens=6", "train.steps=2",
 @pytest.mark.parametrize("method", ["grpo", "dr_grpo", "rloo", "dapo", "gspo", "ppo", "vineppo",
                                     "mpo", "trace"])
 def test_every_recipe_trains_two_steps(method, tmp_path):
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     cfg = config.load(method=method, sets=E2E)
     summary = train(cfg, tmp_path, log=lambda s: None)

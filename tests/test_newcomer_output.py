@@ -18,6 +18,7 @@ from agentrl_cli.reporting import live, plots
 from agentrl_cli.train import loop
 
 from conftest import MICRO
+from agentrl_cli.app.train import train as checked_train
 
 # per-task success of every held-out check in the run below: task 0 always, task 1 on its
 # first sample, task 2 never -> per-task means 1, 0.5, 0
@@ -62,7 +63,7 @@ def scripted_run(tmp_path_factory):
     cfg = config.load(method="grpo", sets=MICRO + ["train.steps=2", "train.eval_every=2",
                                                     "train.eval_samples=2"])
     try:
-        summary = loop.train(cfg, out, log=lambda s: None,
+        summary = checked_train(cfg, out, log=lambda s: None,
                              progress=live.TrainProgress(Console(file=buf, width=200)))
     finally:
         mp.undo()

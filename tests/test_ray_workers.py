@@ -124,8 +124,8 @@ def test_ray_temp_dir_falls_back_when_sockets_would_be_too_long(tmp_path):
 
 
 def test_workers_refuse_in_process_only_controllers():
-    """Checked with the other names, before any model loads (`train.preflight`)."""
-    from agentrl_cli.train.preflight import check_names
+    """Checked with the other names, before any model loads (`app.preflight`)."""
+    from agentrl_cli.app.preflight import check_names
 
     for sets, what in ((["rollout.workers=2"], "vine"), (["rollout.workers=2", "algo.dynamic_sampling=true"], "dynamic")):
         cfg = config.load(sets=MICRO + sets, method="vineppo" if what == "vine" else "dapo")

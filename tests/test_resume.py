@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from agentrl_cli import config
 from agentrl_cli.train import checkpoint, loop
 from conftest import MICRO, train_until_interrupted
+from agentrl_cli.app.train import train as checked_train
 
 SETS = MICRO + ["train.steps=3", "train.save_every=1", "train.eval_every=2",
                 "rollout.max_new_tokens=6"]
@@ -31,14 +32,14 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, monkeypatch, method, extr
     focus with a budget: the launch limit's record of earlier steps' spend, `rollout_carry`.)"""
     cfg = config.load(method=method, sets=SETS + extra)
     full = tmp_path / "full"
-    loop.train(cfg, full, log=lambda s: None)
+    checked_train(cfg, full, log=lambda s: None)
 
     part = tmp_path / "part"
     train_until_interrupted(monkeypatch, cfg, part, step=2)
     # a crashed run may have logged past its checkpoint; resume must drop that
     with (part / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 3, "bogus": 1}) + "\n")
-    loop.train(cfg, part, resume=str(part), log=lambda s: None)
+    checked_train(cfg, part, resume=str(part), log=lambda s: None)
 
     assert _rows(full) == _rows(part)
     a = load_file(str(checkpoint.step_dir(full, 3) / "model.safetensors"))
@@ -76,11 +77,11 @@ def test_resume_after_the_last_checkpoint_keeps_the_final_check(tmp_path, monkey
     monkeypatch.setattr(loop, "evaluate", numbered)
     cfg = config.load(method="grpo", sets=SETS + ["train.steps=2"])
     out = tmp_path / "run"
-    loop.train(cfg, out, log=lambda s: None)
+    checked_train(cfg, out, log=lambda s: None)
     first = json.loads((out / "summary.json").read_text())
     assert (first["base_success"], first["final_success"]) == (0.1, 0.2)
     (out / "summary.json").unlink()
-    loop.train(cfg, out, resume=str(out), log=lambda s: None)
+    checked_train(cfg, out, resume=str(out), log=lambda s: None)
     assert len(calls) == 2                       # nothing left to run or check
     again = json.loads((out / "summary.json").read_text())
     assert (again["base_success"], again["final_success"]) == (0.1, 0.2)

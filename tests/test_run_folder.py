@@ -27,6 +27,7 @@ from agentrl_cli.errors import ConfigError
 from agentrl_cli.cli.main import app
 from agentrl_cli.train import checkpoint, loop, run_folder
 from conftest import MICRO
+from agentrl_cli.app.train import train as checked_train
 
 runner = CliRunner(env={"COLUMNS": "1000"})   # no wrapped lines in the output
 SETS = MICRO + ["train.steps=3", "train.save_every=1", "train.eval_every=2",
@@ -61,7 +62,7 @@ def _one_line_exit_2(res, needle: str) -> None:
 def ref(tmp_path_factory) -> Path:
     """An uninterrupted 3-step run, checkpoint at every step."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    loop.train(config.load(method="grpo", sets=SETS), out, log=lambda s: None)
+    checked_train(config.load(method="grpo", sets=SETS), out, log=lambda s: None)
     return out
 
 
@@ -82,14 +83,17 @@ def _no_work(monkeypatch):
     """Fail the test if a command loads a model or evaluates (the check came too late)."""
     def boom(*a, **k):
         raise AssertionError("work started before the mistake was reported")
+    import agentrl_cli.app.rollout as ar
     import agentrl_cli.evaluation.runner as er
     import agentrl_cli.models.loading as ml
     import agentrl_cli.rollout.runner as rr
 
-    monkeypatch.setattr(loop, "initial_runtime", boom)
+    monkeypatch.setattr(loop, "open_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
     monkeypatch.setattr(er, "run_eval", boom)
-    monkeypatch.setattr(rr, "run_expert", boom)
+    for where in (rr, ar):                # `agentrl rollout` calls them by its own names
+        monkeypatch.setattr(where, "run_expert", boom)
+        monkeypatch.setattr(where, "run_episodes", boom)
 
 
 # ------------------------------------------------------------------ subprocess fault injection
@@ -179,12 +183,12 @@ def test_a_killed_tiny_build_is_cleaned_on_the_next_start(tmp_path):
 
     from agentrl_cli.models import tiny
     from agentrl_cli.models.loading import tiny_recipe
-    from agentrl_cli.train import tiny_build
+    from agentrl_cli.app import tiny_build
 
     script = (
         "import os, signal\n"
         "from agentrl_cli.models.tiny import TinyRecipe\n"
-        "from agentrl_cli.train import tiny_build\n"
+        "from agentrl_cli.app import tiny_build\n"
         "def build(recipe, out, log, threads=None):\n"
         "    (out / 'config.json').write_text('{')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -369,7 +373,7 @@ MISTAKES = [
     (["eval", "--json", "{folder}"], "--json {folder} is a folder"),
     (["diagnose", "tool-calls", "--run", "{folder}", "--json", "{folder}"], "is a folder"),
     (["train", "--method", "gpro"], "did you mean 'grpo'"),
-    # every plugin name, before a model loads (`train.preflight.check_names`)
+    # every plugin name, before a model loads (`app.preflight.check_names`)
     (["train", "--set", "algo.focus_allocator=unifrom"], "did you mean 'uniform'"),
     (["train", "--set", "algo.focus_gain=baye"], "algo.focus_gain must be one of plugin, bayes"),
     (["train", "--set", "algo.estimator=gea"], "unknown estimator 'gea'"),

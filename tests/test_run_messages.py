@@ -47,7 +47,7 @@ def run(tmp_path_factory) -> Path:
 ])
 def test_eval_bounds_samples_before_any_work(args, needle, monkeypatch):
     import agentrl_cli.evaluation.runner as er
-    import agentrl_cli.train.tiny_build as tb
+    import agentrl_cli.app.tiny_build as tb
 
     monkeypatch.setattr(er, "run_eval", lambda *a, **k: pytest.fail("evaluated"))
     monkeypatch.setattr(tb, "ensure_model", lambda *a, **k: pytest.fail("built a model"))
@@ -55,7 +55,7 @@ def test_eval_bounds_samples_before_any_work(args, needle, monkeypatch):
 
 
 def test_an_interrupted_rollout_does_not_suggest_resume(tmp_path, monkeypatch):
-    import agentrl_cli.train.rollout_command as tc
+    import agentrl_cli.app.rollout as tc
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -67,7 +67,7 @@ def test_an_interrupted_rollout_does_not_suggest_resume(tmp_path, monkeypatch):
 
 
 def test_an_interrupted_train_says_how_to_continue(tmp_path, monkeypatch):
-    import agentrl_cli.train.launch as tl
+    import agentrl_cli.app.train as tl
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

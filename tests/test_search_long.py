@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from agentrl_cli.train.preflight import load_config
+from agentrl_cli.app.preflight import load_config
 from agentrl_cli.config import RunConfig
 from agentrl_cli.models.loading import tiny_recipe
 from agentrl_cli.models.tiny import TinyRecipe, cache_path, train_tokenizer

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrl_cli.cli.main import app
-from agentrl_cli.train.preflight import load_config
+from agentrl_cli.app.preflight import load_config
 from agentrl_cli.models import tiny
 from agentrl_cli.models.loading import tiny_recipe
 
@@ -46,7 +46,7 @@ def test_the_shipped_build_is_the_recipe_in_code(folder):
     assert shipped["recipe"] == recipe.flat()
     assert shipped["key"] == recipe.key()
     # the env shows the world the build was made for (its expert's first episodes hash the same)
-    from agentrl_cli.train.tiny_build import world_fingerprint
+    from agentrl_cli.app.tiny_build import world_fingerprint
     assert shipped["world"] == world_fingerprint(recipe)
     assert tiny.shipped_path(recipe) == tiny.SHIPPED / folder
     files = {p.name for p in (tiny.SHIPPED / folder).iterdir()}
@@ -68,7 +68,7 @@ def test_an_env_format_change_gives_its_builds_a_new_key(monkeypatch):
 
 
 def test_the_main_command_loads_the_shipped_build_without_building(tmp_path, monkeypatch):
-    from agentrl_cli.train.tiny_build import load_policy
+    from agentrl_cli.app.tiny_build import load_policy
 
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
     logs = []
@@ -107,7 +107,7 @@ def test_build_tiny_remakes_a_recipe_and_compares_it_with_the_shipped_build(tmp_
     assert "the package ships this recipe's build" in r.output
     assert "the same weights as the shipped build, byte for byte" in r.output
     # and a different build (here: the weights altered) is reported as different
-    from agentrl_cli.train.tiny_build import rebuild
+    from agentrl_cli.app.tiny_build import rebuild
 
     data = bytearray((shipped / "micro" / "model.safetensors").read_bytes())
     data[-1] ^= 1
@@ -141,7 +141,7 @@ def test_a_value_head_fitted_on_another_env_is_not_reused(monkeypatch):
     """The shipped `search` agent's warm critic starts a run on `search`; on another env (or
     another world of search) the run starts a cold critic and says why in one line."""
     import agentrl_cli.train.learner as learner
-    from agentrl_cli.train.tiny_build import load_policy
+    from agentrl_cli.app.tiny_build import load_policy
 
     folder = tiny.SHIPPED / "search"
     assert tiny.fitted_env_differences(folder, load_config(None, None).env) == []
@@ -168,7 +168,7 @@ def test_a_changed_env_rebuilds_its_cached_agent_and_refuses_a_stale_shipped_one
     made again with one line, a shipped one is refused with one line."""
     from agentrl_cli.errors import ConfigError
     from agentrl_cli.envs.rules import RulesEnv
-    from agentrl_cli.train import tiny_build
+    from agentrl_cli.app import tiny_build
 
     recipe = tiny_recipe(load_config(None, MICRO + ["env.seed=4242"]))
     path = tiny_build.ensure_tiny(recipe, log=lambda s: None)
@@ -202,7 +202,7 @@ FAMILIES = ["rules", "math", "locate"]
 def _no_build(tmp_path, monkeypatch) -> list[Path]:
     """An empty cache, a build that fails the test if it starts, and the folders `--model tiny`
     resolved to (appended as commands resolve them)."""
-    from agentrl_cli.train import tiny_build
+    from agentrl_cli.app import tiny_build
 
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(tiny_build, "publish_build",
@@ -242,7 +242,7 @@ def test_benchmark_name_starts_from_the_shipped_agent(family, tmp_path, monkeypa
 def test_a_world_no_agent_ships_for_says_the_measured_time_and_the_way_around(tmp_path, monkeypatch):
     """Where nothing ships, the line before the build gives the shipped builds' measured times
     (their recipe.json) and the `--set` that reaches the env's shipped agent."""
-    from agentrl_cli.train import tiny_build
+    from agentrl_cli.app import tiny_build
 
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
 
@@ -263,7 +263,7 @@ def test_a_world_no_agent_ships_for_says_the_measured_time_and_the_way_around(tm
 
 
 def test_build_threads_follow_the_option_then_omp_num_threads(monkeypatch):
-    from agentrl_cli.train.tiny_build import BUILD_THREADS, build_threads
+    from agentrl_cli.app.tiny_build import BUILD_THREADS, build_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert build_threads() == BUILD_THREADS == 2

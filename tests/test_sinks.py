@@ -12,6 +12,7 @@ from conftest import MICRO
 from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.reporting.metrics import MetricsLog, read_metrics
+from agentrl_cli.app.train import train as checked_train
 
 
 def _tb_scalars(folder) -> dict[tuple[str, int], float]:
@@ -38,7 +39,7 @@ def test_a_tensorboard_run_holds_the_same_scalars_as_metrics_jsonl(tmp_path, mic
     cfg = config.load(method="grpo", sets=MICRO + ["train.steps=2", "train.eval_every=1",
                                                    "train.log=tensorboard"])
     out = tmp_path / "run"
-    loop.train(cfg, out, log=lambda s: None)
+    checked_train(cfg, out, log=lambda s: None)
     tb, js = _tb_scalars(out / "tensorboard"), _jsonl_scalars(out / "metrics.jsonl")
     assert set(tb) == set(js) and len(js) > 20
     assert {"loss/policy", "eval/success", "rollout/tokens"} <= {k for k, _ in tb}

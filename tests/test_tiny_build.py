@@ -8,7 +8,7 @@ import torch
 
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.models.tiny import TinyRecipe
-from agentrl_cli.train import tiny_build
+from agentrl_cli.app import tiny_build
 
 
 def test_dev_questions_are_never_demonstrated():

@@ -21,6 +21,7 @@ from agentrl_cli.models.sequences import hidden_states, logprobs_from_hidden
 from agentrl_cli.train.batch import forward
 from agentrl_cli.train.learner import lr_factor, set_lr
 from conftest import MICRO, random_batch, set_args
+from agentrl_cli.app.train import train as checked_train
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -106,7 +107,7 @@ def _train(tmp_path, name, extra):
     from agentrl_cli.train import loop
 
     cfg = config.load(method="grpo", sets=MICRO + ["train.steps=2", "rollout.group_size=4"] + extra)
-    loop.train(cfg, tmp_path / name, log=lambda s: None)
+    checked_train(cfg, tmp_path / name, log=lambda s: None)
     return _rows(tmp_path / name)
 
 

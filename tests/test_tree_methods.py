@@ -158,7 +158,7 @@ def test_the_oracle_rung_gives_every_state_the_envs_own_value(micro_policy):
 
 
 def test_the_oracle_rung_needs_an_env_that_computes_it():
-    from agentrl_cli.train.preflight import check_names
+    from agentrl_cli.app.preflight import check_names
 
     cfg = config.load(sets=MICRO + ["algo.focus_critic=oracle"], method="focus")   # search
     with pytest.raises(ConfigError, match="oracle_value"):
@@ -176,8 +176,8 @@ def test_the_cold_and_pretrained_rungs_start_the_critic_as_they_say(tmp_path):
 
     from agentrl_cli.models.tiny import VALUE_HEAD
     from agentrl_cli.train.learner import initial_critic
-    from agentrl_cli.train.preflight import load_config
-    from agentrl_cli.train.tiny_build import load_policy
+    from agentrl_cli.app.preflight import load_config
+    from agentrl_cli.app.tiny_build import load_policy
 
     def critic(rung, path=None):
         cfg = load_config(None, [f"algo.focus_critic={rung}"], "allocation-early", method="focus")

@@ -17,6 +17,7 @@ from agentrl_cli.errors import ConfigError
 from agentrl_cli.train import run_folder
 from agentrl_cli.train.run_folder import MARKER, RunFolder
 from conftest import MICRO
+from agentrl_cli.app.train import train as checked_train
 
 runner = CliRunner(env={"COLUMNS": "1000"})
 
@@ -168,7 +169,7 @@ def micro_run(tmp_path_factory) -> Path:
     from agentrl_cli.train import loop
 
     out = tmp_path_factory.mktemp("trust") / "run"
-    loop.train(config.load(method="grpo", sets=SETS), out, log=lambda s: None)
+    checked_train(config.load(method="grpo", sets=SETS), out, log=lambda s: None)
     return out
 
 
@@ -338,7 +339,7 @@ def test_resume_refuses_options_that_change_the_run(micro_run, tmp_path, monkeyp
 
     def boom(*a, **k):
         raise AssertionError("work started before the mistake was reported")
-    monkeypatch.setattr(loop, "initial_runtime", boom)
+    monkeypatch.setattr(loop, "open_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
     res = runner.invoke(app, ["train", "--resume", str(run), *args])
     _one_line_exit_2(res, needle)
@@ -350,7 +351,7 @@ def test_resume_on_a_finished_run_leaves_it(micro_run, tmp_path, monkeypatch):
 
     run = _copy(micro_run, tmp_path / "run")
     before = _snapshot(run)
-    monkeypatch.setattr(loop, "initial_runtime", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(loop, "open_runtime", lambda *a, **k: pytest.fail("work started"))
     res = runner.invoke(app, ["train", "--resume", str(run)])
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
@@ -433,7 +434,7 @@ def test_cross_key_and_bound_mistakes_are_one_line(tmp_path, monkeypatch, args, 
 
     def boom(*a, **k):
         raise AssertionError("work started before the mistake was reported")
-    monkeypatch.setattr(loop, "initial_runtime", boom)
+    monkeypatch.setattr(loop, "open_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, args)

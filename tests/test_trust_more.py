@@ -209,7 +209,7 @@ def test_a_model_that_is_not_there_fails_fast_offline(tmp_path, monkeypatch, cmd
 def test_an_unreachable_hub_is_asked_once_without_retries(tmp_path, monkeypatch):
     from huggingface_hub import HfApi
 
-    from agentrl_cli.train import preflight
+    from agentrl_cli.app import preflight
 
     calls = []
 
@@ -336,7 +336,7 @@ def test_rows_in_flight_times_the_context_must_fit_in_memory(tmp_path, monkeypat
     x rollout.max_tokens of KV cache, plus the CPU attention of the longest prompt, against the
     available memory: over it is one line naming the keys, before the model loads."""
     import agentrl_cli.models.loading as ml
-    from agentrl_cli.train import preflight
+    from agentrl_cli.app import preflight
 
     monkeypatch.setattr(ml, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     seen = []

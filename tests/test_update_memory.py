@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from agentrl_cli import config
 from agentrl_cli.cli.main import app
 from agentrl_cli.errors import ConfigError
-from agentrl_cli.train import preflight
+from agentrl_cli.app import preflight
 from conftest import MICRO
 
 runner = CliRunner(env={"COLUMNS": "1000"})
@@ -44,7 +44,7 @@ def test_the_estimate_by_hand():
 
 
 def _micro_model() -> dict:
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.app.tiny_build import ensure_model
 
     cfg = config.load(method="grpo", sets=FAST)
     ensure_model(cfg, log=lambda s: None)

@@ -276,7 +276,7 @@ def test_hermes_parsing_is_linear_in_unclosed_tags():
 
 # ------------------------------------------------------------------ a full disk in any save
 def test_a_full_disk_in_any_save_is_one_line(tmp_path, monkeypatch, model_dir):
-    from agentrl_cli.train import rollout_command
+    from agentrl_cli.app import rollout as rollout_command
 
     def full(out, *a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(out))

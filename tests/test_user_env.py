@@ -131,7 +131,7 @@ def test_a_broken_fork_fails_check_env_and_focus_refuses_it(broken, model_dir, t
     _one_line_error(res, "method focus forks episodes (snapshot/restore), and env ")
     assert "fails the fork check: fork: a fresh env restored" in res.output
     assert not out.exists()               # refused before the run folder or any model
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     cfg = config.load(method="vineppo", sets=[*MICRO, f"model.name={model_dir}"],
                       **{"env.name": f"{broken}:make"})
@@ -311,7 +311,7 @@ def test_an_installed_packages_entry_point_env(tmp_path, monkeypatch):
 def test_an_expert_rollout_builds_no_model(tmp_path, monkeypatch):
     """The expert needs no model: on an env whose tiny agent is not built, `rollout --policy
     expert` records byte-level token ids at once and says so, and nothing is built."""
-    import agentrl_cli.train.tiny_build as tb
+    import agentrl_cli.app.tiny_build as tb
     from agentrl_cli.models.loading import tiny_recipe
     from agentrl_cli.models.tiny import is_built, tiny_path
 

@@ -16,6 +16,7 @@ from agentrl_cli.reporting.traces import TRACE_CAP, pick_steps, read_trace, trac
 from agentrl_cli.rollout.tree import Tree
 from agentrl_cli.train import loop, traces
 from agentrl_cli.train.run_folder import RUN_FILES
+from agentrl_cli.app.train import train as checked_train
 
 # a short FOCUS run of the shipped agent: small steps that still branch, every step traced
 SHORT = ["rollout.tasks_per_step=2", "rollout.group_size=4", "train.eval_tasks=3",
@@ -270,7 +271,7 @@ def test_a_method_without_trees_traces_episodes_and_its_critics_turn_values(tmp_
     mp = pytest.MonkeyPatch()
     mp.setattr(loop, "write_trace", keep)
     try:
-        loop.train(cfg, tmp_path / "run", log=lambda s: None)
+        checked_train(cfg, tmp_path / "run", log=lambda s: None)
     finally:
         mp.undo()
     data = read_trace(trace_steps(tmp_path / "run")[1])

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from agentrl_cli import config
 from agentrl_cli.cli.main import app
 from agentrl_cli.reporting.traces import read_trace, trace_steps
-from agentrl_cli.train.loop import train
+from agentrl_cli.app.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ["rollout.tasks_per_step=2", "rollout.group_size=4", "train.eval_tasks=3",

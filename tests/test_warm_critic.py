@@ -10,7 +10,7 @@ from agentrl_cli import config
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.models.sequences import hidden_states, pad_episodes
 from agentrl_cli.models.tiny import VALUE_HEAD
-from agentrl_cli.train.tiny_build import fit_value_head
+from agentrl_cli.app.tiny_build import fit_value_head
 from agentrl_cli.train.learner import build_learner
 
 

@@ -7,14 +7,14 @@ from typing import Callable
 
 from ..config import RunConfig
 from ..errors import ConfigError
-from ..rollout.matched_budget import resolve_budget
+from ..app.train import initial_runtime
+from ..rollout.matched_budget import linear_step_tokens, resolve_budget
 
 
 def measure_budget(cfg: RunConfig) -> int:
     """Tokens one linear rollout step of `cfg` generates (step 1's tasks, the initial policy):
-    `train.loop.linear_step_tokens`, what `rollout.budget_match` gives a run of `cfg`."""
-    from ..train.loop import initial_runtime, linear_step_tokens
-
+    `rollout.matched_budget.linear_step_tokens`, what `rollout.budget_match` gives a run of
+    `cfg`."""
     return linear_step_tokens(initial_runtime(cfg, log=lambda s: None))
 
 

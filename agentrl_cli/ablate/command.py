@@ -20,7 +20,7 @@ from typing import Callable
 from ..config import RunConfig, _check_key, env_name, parse_sets, read_yaml
 from ..errors import ConfigError
 from ..methods import METHODS
-from ..train.preflight import check_eval_tasks, load_checked
+from ..app.preflight import check_eval_tasks, load_checked
 from .aggregate import collect, write_results
 from .budget import sweep_budget
 from .plan import PRESETS, Axis, Sweep, plan, plan_lines, record, values, warmup_warnings

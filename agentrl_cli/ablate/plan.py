@@ -13,7 +13,7 @@ from typing import Callable
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..registry import Registry
-from ..train.preflight import load_checked
+from ..app.preflight import load_checked
 from ..train.run_folder import atomic_write_text
 
 

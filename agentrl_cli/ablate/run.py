@@ -222,7 +222,7 @@ class StepLines:
 def _train_here(sweep: Sweep, cell: Cell, seed: int, log: Callable[[str], None] = lambda s: None,
                 probe: EstimateProbe | None = None) -> dict:
     from ..config import load_saved
-    from ..train.loop import train
+    from ..app.train import train
 
     run = sweep.run_dir(cell, seed)
     steps = StepLines(f"{cell.name} seed {seed}", log, probe)

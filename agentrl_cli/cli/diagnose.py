@@ -26,7 +26,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _run_config(run_dir: Path | None, config, sets, **flags):
     """The config a run was trained with (its config.json), else the usual loader's."""
-    from ..train.preflight import load_config, load_saved_checked
+    from ..app.preflight import load_config, load_saved_checked
 
     if run_dir is not None and (run_dir / "config.json").is_file():
         return load_saved_checked(run_dir, sets)
@@ -257,7 +257,7 @@ def episode_stats_cmd(
     """How long a benchmark's episodes are: held-out success and tool calls of the model's base evaluation and of the scripted expert.
     Example: agentrl diagnose episode-stats --benchmark search-long"""
     from ..diagnostics.analysis.episode_stats import stats
-    from ..train.preflight import load_config
+    from ..app.preflight import load_config
     from ..train.run_folder import check_output_file
 
     if json_path is not None:

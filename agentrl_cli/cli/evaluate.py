@@ -30,7 +30,7 @@ def eval_cmd(
 ):
     """Evaluate pass@k, pass^k, mean@1 and tokens per question on the held-out set the trainer checks. Example: agentrl eval --checkpoint runs/x"""
     from ..reporting.live import eval_table
-    from ..train.held_out import EvalRequest, eval_checkpoint
+    from ..app.evaluate import EvalRequest, eval_checkpoint
 
     console = Console(stderr=True)
     req = EvalRequest(pass_k, n, tasks, checkpoint, json_path, greedy, env, benchmark, model,

@@ -33,7 +33,7 @@ def rollout_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the --out file if it exists.")] = False,
 ):
     """Roll out episodes and write them as JSONL. Plain (linear) episodes unless --method names a tree method (focus: one search tree per task). Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
-    from ..train.rollout_command import RolloutRequest, collect_rollout
+    from ..app.rollout import RolloutRequest, collect_rollout
 
     say = lambda m: Console().print(m, highlight=False)  # noqa: E731
     req = RolloutRequest(out, n, policy, split, group_size, checkpoint, method, env, benchmark,

@@ -20,7 +20,7 @@ def serve_env_cmd(
 ):
     """Serve an env over HTTP (JSON; OpenEnv's endpoint names where they fit) until Ctrl-C, so that `agentrl train --env http://HOST:PORT` (and eval, rollout) runs on it from another process or machine, Ray rollout workers included (docs/your-env.md). Example: agentrl serve-env search --port 8765 --set env.max_turns=8"""
     from ..envs.env_server import EnvServer, open_server, url_of
-    from ..train.preflight import load_checked
+    from ..app.preflight import load_checked
 
     cfg = load_checked(str(config) if config else None, list(set_ or []), **{"env.name": env})
     server = EnvServer(cfg.env, max_episodes=max_episodes, max_snapshots=max_snapshots)

@@ -39,8 +39,8 @@ def build_tiny_cmd(
     """Remake the tiny built-in agent from its recipe (the env's `env.*` keys and `model.tiny_*`), and say whether it equals the build that ships with the package. Its first lines estimate the build's time from measured warm-up steps; its last is the train command for the build. Example: agentrl build-tiny --env rules --out runs/tiny-rules --threads 1"""
     from ..models.loading import tiny_recipe
     from ..models.tiny import shipped_path
-    from ..train.preflight import load_config
-    from ..train.tiny_build import build_threads, rebuild
+    from ..app.preflight import load_config
+    from ..app.tiny_build import build_threads, rebuild
 
     cfg = load_config(config, set_, benchmark, env=env)
     recipe = tiny_recipe(cfg)

@@ -34,7 +34,7 @@ def train_cmd(
 ):
     """Train an agent. Example: agentrl train --method focus --seed 0 --set train.steps=40"""
     from ..reporting.live import TrainProgress, summary_table
-    from ..train.launch import TrainRequest, launch
+    from ..app.train import TrainRequest, launch
 
     sets = list(set_ or []) + ([f"train.steps={steps}"] if steps is not None else [])
     sets += [f"rollout.workers={rollout_workers}"] if rollout_workers is not None else []

@@ -25,8 +25,8 @@ def widen_cmd(
     """Write a wider copy of a model that computes the same function (function-preserving widening of a Llama/Qwen-style decoder): a critic with more capacity that starts from what the policy reads. Use it with --set model.critic=separate --set model.critic_path=OUT. Example: agentrl widen --benchmark search-long --out runs/critic-x2"""
     from ..errors import ConfigError
     from ..models.widen import widen_folder
-    from ..train.preflight import load_config
-    from ..train.tiny_build import ensure_model
+    from ..app.preflight import load_config
+    from ..app.tiny_build import ensure_model
 
     cfg = load_config(config, set_, benchmark, env=env, model=model)
     src = ensure_model(cfg, log=typer.echo)

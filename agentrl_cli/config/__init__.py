@@ -12,7 +12,7 @@ points at `describe()`. Every user mistake raises `ConfigError` with one line.
   `build`, `load_saved`);
 - `validation`: value checks (ranges, caps, choices, keys and sections, `train.log`'s sinks,
   LoRA options), each a one-line `ConfigError`. Config knows values, not plugins: a plugin a
-  config names is checked where plugins are built (`train.preflight.check_names`).
+  config names is checked where plugins are built (`app.preflight.check_names`).
 
 This package's face gathers the names its importers use (`from ..config import RunConfig,
 load`); nothing here imports `reporting` or anything above this layer.

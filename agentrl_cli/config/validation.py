@@ -5,7 +5,7 @@ a model given as a local folder, and what a resume may change.
 
 Values only: whether a plugin a config names (env, engine, estimator, loss, controller,
 allocator, context operator, reward function) exists is checked where the plugins are
-built, `train.preflight.check_names`."""
+built, `app.preflight.check_names`."""
 from __future__ import annotations
 
 import re
@@ -217,7 +217,7 @@ def _check_given_key(key: str) -> None:
 def check_model(cfg: RunConfig) -> None:
     """`model.name` is 'tiny', a local model folder or a hub id; a local folder given as a
     model or critic is a model, not a run folder. (Plugin names are checked where things are
-    built: `train.preflight.check_names`.)"""
+    built: `app.preflight.check_names`.)"""
     m = cfg.model.name
     if m != "tiny" and not Path(m).expanduser().is_dir():
         hub_like = m.count("/") == 1 and not m.startswith((".", "/", "~"))

@@ -38,13 +38,13 @@ def tiny_recipe(cfg: RunConfig) -> TinyRecipe:
 def model_path(cfg: RunConfig) -> str:
     """The local folder of `tiny` (built for this config's env and warm-up settings) or the
     folder / hub id the user named. Building `tiny` is training: commands build it first
-    (`train.tiny_build.ensure_model`); here a missing build is a one-line error."""
+    (`app.tiny_build.ensure_model`); here a missing build is a one-line error."""
     if cfg.model.name == "tiny":
         path = tiny_path(tiny_recipe(cfg))
         if not is_built(path):
             raise ConfigError(f"the tiny model for env '{cfg.env.name}' is not built yet "
                               f"({path}): commands build it; in code call "
-                              f"agentrl_cli.train.tiny_build.ensure_model(cfg) first")
+                              f"agentrl_cli.app.tiny_build.ensure_model(cfg) first")
         return str(path)
     return cfg.model.name
 

@@ -10,7 +10,7 @@ settings) ship with the package (`shipped/`, found by the same key; the benchmar
 named like an env sets the world its build was made for): their
 start is then the same on every machine, whatever its float kernels and thread count, and the
 first command trains at once. Building it (corpus, supervised warm-up,
-held-out check, critic fit) is training: `train/tiny_build.py`, which documents the schedule.
+held-out check, critic fit) is training: `app/tiny_build.py`, which documents the schedule.
 Recipe v9: two layers (as good per step as four, 1.9x cheaper), error rate 0.15,
 cosine schedule over up to 4800 warm-up steps, built on two threads, stopped at the first
 check (training questions the demonstrations leave out) that reaches 0.3 success, else the

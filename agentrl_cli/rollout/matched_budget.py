@@ -1,11 +1,15 @@
-"""The matched generation budget (docs/methods.md, "Budget"; docs/architecture.md):
+"""The matched generation budget's one home (docs/methods.md, "Budget"; docs/architecture.md):
 what one linear (GRPO-style) step generates, measured once with the initial policy.
 
-`resolve_budget` is the one rule that picks a run's budget, `matched_budget` the one measurement,
-`matched_tasks` the distinct tasks a linear step draws under that budget (`rollout.focus_tasks=match`). The trainer takes it on step 1's tasks at step 0
-(`rollout.budget_match`, `train.loop.linear_step_tokens`), `agentrl ablate` takes the same one
-for every cell of a sweep, and `agentrl rollout --method focus` takes it on the tasks its trees
-grow on (`train.rollout_command.collect_trees`, sampling one episode per task).
+`resolve_budget` is the one rule that picks a run's budget (explicit, else recorded, else
+measured), `matched_budget` the one measurement, `linear_step_tokens` that measurement on a
+run's step-1 tasks, `step_budget` the trainer's call of the rule, `matched_tasks` /
+`linear_step_tasks` the distinct tasks a linear step draws under that budget
+(`rollout.focus_tasks=match`). The trainer measures at step 0 (`rollout.budget_match`) and keeps
+the number in its checkpoints; `agentrl ablate` measures once for every cell of a sweep and
+hands each run the number as `rollout.budget_tokens`; `agentrl rollout --method focus` measures
+on the tasks its trees grow on (`app.rollout.collect_trees`, one episode per task). The number
+goes down from there into the controllers; nothing below reads it back.
 """
 from __future__ import annotations
 
@@ -13,10 +17,12 @@ from typing import Callable
 
 import torch
 
+from ..config import RunConfig, step_seed
 from ..envs.base import Task
 from .controllers import rollout_context, run_groups
 from .runner import run_episodes
 from .runtime import Runtime
+from .tasks import TaskSampler
 
 
 def resolve_budget(explicit: int, match: bool, recorded: int | None,
@@ -63,3 +69,33 @@ def matched_tasks(rt: Runtime, tasks: list[Task], budget: int, seed: int) -> int
     ctx = rollout_context(rt, torch.Generator().manual_seed(seed), budget=budget)
     eps = run_groups(ctx, list(tasks), extend=True)
     return len({e.task_id for e in eps})
+
+
+def step_budget(cfg: RunConfig, base: dict) -> int:
+    """Generated-token cap per step: `rollout.budget_tokens`, else with `rollout.budget_match`
+    what one linear (GRPO) step of the base policy generated on step 1's tasks
+    (`base["linear_step_tokens"]`, measured once at step 0 and kept in the checkpoints, so a
+    resumed run keeps it; a run saved before it was recorded predicts it as tasks x group x the
+    base check's tokens per question), else 0 (no cap)."""
+    r = cfg.rollout
+    return resolve_budget(r.budget_tokens, r.budget_match, base.get("linear_step_tokens"),
+                          lambda: max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"])))
+
+
+def linear_step_tokens(rt: Runtime) -> int:
+    """The matched budget of a run of `rt.cfg` (`rollout.matched_budget`): the tokens one linear
+    step generates with the runtime's current (initial) policy on step 1's tasks x
+    `rollout.group_size`, sampled with step 1's seed. Wherever one is needed
+    (`rollout.budget_match`, `agentrl ablate`)."""
+    cfg = rt.cfg
+    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step, cfg.env.name).for_step(1)
+    return matched_budget(rt, tasks, cfg.rollout.group_size, step_seed(cfg.seed, 1))
+
+
+def linear_step_tasks(rt: Runtime, budget: int) -> int:
+    """The distinct tasks one linear step of `rt`'s current (initial) policy draws under
+    `budget`, from step 1's tasks with step 1's seed (`rollout.matched_budget.matched_tasks`):
+    the task count of `rollout.focus_tasks=match`."""
+    cfg = rt.cfg
+    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
+    return matched_tasks(rt, tasks, budget, step_seed(cfg.seed, 1))

@@ -337,7 +337,7 @@ class FocusPlanner:
 
     def __init__(self, ctx: RolloutContext, tasks: list, base: int, branching: bool = True,
                  generated: Callable[[PlanPath], int] | None = None):
-        algo = ctx.algo                   # its names are checked before any work (`train.preflight`)
+        algo = ctx.algo                   # its names are checked before any work (`app.preflight`)
         self.ctx, self.algo, self.tasks, self.base = ctx, algo, tasks, base
         self.branching = branching
         self.rule = algo.focus_evidence

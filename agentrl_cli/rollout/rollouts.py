@@ -62,7 +62,7 @@ def open_rollouts(rt: Runtime, critic, out: Path,
             return res
 
         return Rollouts(run, sync, info=f"in process, {cfg.rollout.engine} engine")
-    controller = spec.run_paths   # placement checked first (`train.preflight`)
+    controller = spec.run_paths   # placement checked first (`app.preflight`)
     values = CriticValues(rt.model, critic)
     if cfg.rollout.workers == 0:
         executor = make_executor(engine, rt.fmt, rt.spec, rt.params, cfg.rollout.max_tokens)

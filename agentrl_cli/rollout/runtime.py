@@ -4,7 +4,7 @@ the configured context operator), the generation engine and the sampling paramet
 
 The trainer, `agentrl eval`, `agentrl rollout` (episodes and FOCUS trees), `agentrl ablate`'s
 budget measurement, the Ray rollout workers and the diagnostics all call `build_runtime`.
-Building `tiny` first (a training job: `train.tiny_build.ensure_model`) is the caller's
+Building `tiny` first (a training job: `app.tiny_build.ensure_model`) is the caller's
 business; the model is loaded from `model.name` as it is.
 """
 from __future__ import annotations

@@ -22,7 +22,6 @@ import torch
 
 from ..config import RunConfig, step_seed
 from ..credit.estimators import ESTIMATORS
-from ..engines import check_engine
 from ..envs.checker import require_determinism, require_fork
 from ..envs.guard import UserCodeError, defined_in
 from ..errors import ConfigError, StopTraining
@@ -32,7 +31,8 @@ from ..reporting.metrics import MetricsLog, read_metrics
 from ..reporting.live import with_se
 from ..reporting.plots import env_label, learning_curve
 from ..rollout.controllers import CONTROLLERS, rollout_context
-from ..rollout.matched_budget import matched_budget, matched_tasks, resolve_budget
+from ..rollout.matched_budget import linear_step_tasks, linear_step_tokens, step_budget
+from ..rollout.tasks import TaskSampler
 from ..rollout.rewards import reward_metrics
 from ..rollout.rollouts import Rollouts, open_rollouts
 from ..rollout.runtime import Runtime, build_runtime
@@ -40,61 +40,9 @@ from . import checkpoint
 from .batch import collate
 from .distributed import Local, from_env
 from .learner import Learner, build_learner, score, update
-from .preflight import check_names, check_run_memory, check_update_memory
 from .prepare import PREPARERS
 from .run_folder import RunFolder, atomic_write_text
-from .tiny_build import ensure_model
 from .traces import trace_due, write_trace
-
-
-class TaskSampler:
-    """Training tasks in a seeded order, reshuffled every epoch; the cursor is the step."""
-
-    def __init__(self, tasks, seed: int, per_step: int, env: str = "env"):
-        self.tasks, self.seed, self.per_step = list(tasks), seed, per_step
-        if not self.tasks:
-            raise ConfigError(f"env '{env}' has no training tasks (its tasks('train') is empty); "
-                              "agentrl check-env shows what the env gives")
-
-    def for_step(self, step: int):
-        n = len(self.tasks)
-        out = []
-        for j in range((step - 1) * self.per_step, step * self.per_step):
-            epoch, i = divmod(j, n)
-            order = list(range(n))
-            random.Random(self.seed * 7_777 + epoch).shuffle(order)
-            out.append(self.tasks[order[i]])
-        return out
-
-
-def step_budget(cfg: RunConfig, base: dict) -> int:
-    """Generated-token cap per step: `rollout.budget_tokens`, else with `rollout.budget_match`
-    what one linear (GRPO) step of the base policy generated on step 1's tasks
-    (`base["linear_step_tokens"]`, measured once at step 0 and kept in the checkpoints, so a
-    resumed run keeps it; a run saved before it was recorded predicts it as tasks x group x the
-    base check's tokens per question), else 0 (no cap)."""
-    r = cfg.rollout
-    return resolve_budget(r.budget_tokens, r.budget_match, base.get("linear_step_tokens"),
-                          lambda: max(1, round(r.tasks_per_step * r.group_size * base["tokens_per_question"])))
-
-
-def linear_step_tokens(rt: Runtime) -> int:
-    """The matched budget of a run of `rt.cfg` (`rollout.matched_budget`): the tokens one linear
-    step generates with the runtime's current (initial) policy on step 1's tasks x
-    `rollout.group_size`, sampled with step 1's seed. Wherever one is needed
-    (`rollout.budget_match`, `agentrl ablate`)."""
-    cfg = rt.cfg
-    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step, cfg.env.name).for_step(1)
-    return matched_budget(rt, tasks, cfg.rollout.group_size, step_seed(cfg.seed, 1))
-
-
-def linear_step_tasks(rt: Runtime, budget: int) -> int:
-    """The distinct tasks one linear step of `rt`'s current (initial) policy draws under
-    `budget`, from step 1's tasks with step 1's seed (`rollout.matched_budget.matched_tasks`):
-    the task count of `rollout.focus_tasks=match`."""
-    cfg = rt.cfg
-    tasks = TaskSampler(rt.spec.tasks("train"), cfg.seed, cfg.rollout.tasks_per_step).for_step(1)
-    return matched_tasks(rt, tasks, budget, step_seed(cfg.seed, 1))
 
 
 def match_tasks(run: "Run") -> None:
@@ -114,30 +62,33 @@ def match_tasks(run: "Run") -> None:
             f"policy draws under the budget)")
 
 
-def initial_runtime(cfg: RunConfig, log: Callable[[str], None] = print) -> Runtime:
-    """The runtime a run starts from (`rollout.runtime.build_runtime`), `tiny` built first."""
-    ensure_model(cfg, log)
-    return build_runtime(cfg, log)
+def open_runtime(cfg: RunConfig, log: Callable[[str], None] = print,
+                 prepare: Callable[[RunConfig, Callable[[str], None]], RunConfig] | None = None
+                 ) -> tuple[RunConfig, Runtime]:
+    """(the config to run, the runtime a run starts from): `prepare(cfg, log)` first, the
+    command's part (`app.train.train`: a `tiny` built, the memory checks that read the model's
+    files; it returns the config to run), then `rollout.runtime.build_runtime`."""
+    if prepare is not None:
+        cfg = prepare(cfg, log)
+    return cfg, build_runtime(cfg, log)
 
 
 def train(cfg: RunConfig, out: Path, resume: str | None = None,
           log: Callable[[str], None] = print, progress=None, overwrite: bool = False,
           ready: Callable[[], None] | None = None,
-          on_step: Callable[[int, dict], object] | None = None) -> dict:
+          on_step: Callable[[int, dict], object] | None = None,
+          prepare: Callable[[RunConfig, Callable[[str], None]], RunConfig] | None = None) -> dict:
     """Run `cfg.train.steps` steps; returns the summary (also written to out/summary.json).
     `resume`: the run folder `out` itself or one of its checkpoints; `overwrite`: start afresh
     in a folder that holds a run (see `run_folder`); `ready()` is called once the folder and
     the checkpoint to resume from have passed their checks, before any model is loaded.
     `on_step(step, row)` is called after each step's row is logged (every rank, the same row);
     returning False or raising `errors.StopTraining` ends the run there, with a checkpoint of
-    that step and a summary whose `steps` is the step reached (`--resume` continues it)."""
+    that step and a summary whose `steps` is the step reached (`--resume` continues it).
+    `prepare(cfg, log)` runs before the model is loaded and returns the config to run (see
+    `open_runtime`). The checks a command runs before any work (plugin names, engine, memory)
+    are the caller's: `app.train.train` is the checked entry every command uses."""
     t_start = time.time()
-    check_names(cfg)                      # plugin names and where they run, before any work
-    check_engine(cfg.rollout.engine)      # e.g. vllm without vLLM or CUDA: fail before loading
-    # prompts and rows in flight fit, before any work (a `tiny` not built yet: once it is)
-    unchecked = not resume and not check_run_memory(cfg)
-    if not resume and not unchecked:      # the update's peak too (a default micro-batch may shrink)
-        cfg = check_update_memory(cfg, log=log)
     if CONTROLLERS.get(cfg.algo.controller).forks:   # a user env that cannot fork: before loading
         require_fork(cfg.env, f"method {cfg.method}")
     require_determinism(cfg.env, log)     # a user env: same seed, same actions -> same results
@@ -148,7 +99,7 @@ def train(cfg: RunConfig, out: Path, resume: str | None = None,
     # the run folder first (lock, no silent overwrite, leftovers removed), before any work
     folder = RunFolder.open(out, resume=bool(resume), overwrite=overwrite, log=log) if comm.is_main else None
     try:
-        return _train(cfg, out, resume, log, progress, comm, t_start, ready, unchecked, folder,
+        return _train(cfg, out, resume, log, progress, comm, t_start, ready, prepare, folder,
                       on_step)
     finally:
         if folder is not None:
@@ -201,9 +152,9 @@ class Run:
 
 
 def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t_start,
-           ready, unchecked: bool = False, folder: RunFolder | None = None,
+           ready, prepare=None, folder: RunFolder | None = None,
            on_step: Callable[[int, dict], object] | None = None) -> dict:
-    run = open_run(cfg, out, resume, log, comm, ready, unchecked, folder)
+    run = open_run(cfg, out, resume, log, comm, ready, prepare, folder)
     if progress:
         progress.start(cfg.train.steps, run.start_step)
     for step in range(run.start_step + 1, cfg.train.steps + 1):
@@ -246,11 +197,10 @@ def stop_asked(on_step: Callable[[int, dict], object], step: int, row: dict) -> 
 
 
 def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready,
-             unchecked: bool = False, folder: RunFolder | None = None) -> Run:
+             prepare=None, folder: RunFolder | None = None) -> Run:
     """Models, engine, rollouts, envs and logs of a run, from its checkpoint when resuming
     (else with the base held-out check as step 0); the step budget fixed for the run.
-    `unchecked`: the memory check before the run folder could not read the model (a `tiny`
-    not built yet), so it runs once the model is loaded."""
+    `prepare`: see `open_runtime`."""
     found = _resume_state(cfg, resume, log) if resume and comm.is_main else None
     if resume:                            # the other ranks load the checkpoint rank 0 chose
         where = comm.on_main(lambda: str(found[0]) if found else "")
@@ -259,10 +209,7 @@ def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, re
     if ready is not None:
         ready()
     torch.manual_seed(cfg.seed)
-    rt = comm.first(lambda: initial_runtime(cfg, log))
-    if unchecked:                         # the `tiny` build now exists to read
-        check_run_memory(cfg)
-        cfg = check_update_memory(cfg, log=log)
+    cfg, rt = comm.first(lambda: open_runtime(cfg, log, prepare))
     learner = build_learner(cfg, rt.model, comm, rt.model_path, log)
     run = Run(cfg, out, comm, log, rt, learner,
               open_rollouts(rt, learner.critic, out, log),

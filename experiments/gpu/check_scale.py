@@ -28,7 +28,7 @@ def build(out: Path, small: bool) -> Path:
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     from agentrl_cli import config
-    from agentrl_cli.train.tiny_build import ensure_model
+    from agentrl_cli.app.tiny_build import ensure_model
 
     folder = out / ("qwen3-micro" if small else "qwen3-small")
     if (folder / "config.json").is_file():
@@ -177,7 +177,7 @@ def bench(folder: Path, device: str, engines: list[str], n_tasks: int, group: in
 
 
 def focus(folder: Path, device: str, engines: list[str], steps: int) -> dict:
-    from agentrl_cli.train.loop import train
+    from agentrl_cli.app.train import train
 
     out = {}
     for engine in engines:

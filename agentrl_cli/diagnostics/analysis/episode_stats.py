@@ -65,7 +65,7 @@ def stats(cfg, benchmark: str) -> dict:
     from ...context import make_spec
     from ...models.loading import tiny_recipe
     from ...rollout.runner import run_expert
-    from ...train.tiny_build import load_policy
+    from ...app.tiny_build import load_policy
 
     t0 = time.time()
     model, _, fmt, path = load_policy(cfg)

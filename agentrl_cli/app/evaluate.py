@@ -5,7 +5,7 @@ A checkpoint of a run (`<run>/checkpoints/step-N`) is evaluated with the run's c
 sizes, sampling, held-out set) and that checkpoint's weights, unless `--env`, `--benchmark` or
 `--config` say otherwise; at the trainer's own held-out check (same tasks, samples and seed) its
 mean@1 is the run's `eval/success` at that step; a run's user env file must still have the
-sha256 the run recorded (`train.env_file`), unless `--allow-env-change` (then the change is a
+sha256 the run recorded (`app.env_file`), unless `--allow-env-change` (then the change is a
 line of the run's env-changes.log). `--pass-k` and `--n` are at most `MAX_SAMPLES`. Everything
 is checked before any model loads.
 """
@@ -68,7 +68,7 @@ def _config(req: EvalRequest) -> tuple[RunConfig, Path | None, Path | None]:
     ckpt = run = None
     model = req.model
     if req.checkpoint is not None:
-        from .checkpoint import find
+        from ..train.checkpoint import find
 
         ckpt = find(req.checkpoint)
         model, run = str(ckpt), run_of(ckpt)
@@ -107,7 +107,7 @@ def plan_eval(req: EvalRequest) -> EvalPlan:
     """The checked evaluation of a request (module docstring), before any model loads."""
     _check_sizes(req)
     if req.json_path is not None:         # before the work, so results are never lost at the end
-        from .run_folder import check_output_file
+        from ..train.run_folder import check_output_file
         check_output_file(req.json_path, "--json")
     cfg, ckpt, run = _config(req)
     check_eval_tasks(cfg, req.tasks, "--tasks" if req.tasks else "train.eval_tasks")
@@ -136,7 +136,7 @@ def eval_checkpoint(req: EvalRequest, announce: Callable[[EvalPlan], None] = lam
     write `--json`. -> (plan, results). A checkpoint's policy is opened by
     `checkpoint.open_checkpoint` (verified by `plan_eval`; its critic is not needed)."""
     from ..evaluation.runner import run_eval
-    from .checkpoint import open_checkpoint
+    from ..train.checkpoint import open_checkpoint
     from .tiny_build import ensure_model
 
     plan = plan_eval(req)
@@ -150,7 +150,7 @@ def eval_checkpoint(req: EvalRequest, announce: Callable[[EvalPlan], None] = lam
                    seed=plan.seed, progress=progress, rt=rt)
     res["checkpoint"] = str(plan.ckpt) if plan.ckpt is not None else None
     if req.json_path is not None:
-        from .run_folder import atomic_write_text
+        from ..train.run_folder import atomic_write_text
 
         req.json_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(req.json_path, json.dumps(res, indent=2))

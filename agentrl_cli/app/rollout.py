@@ -1,12 +1,13 @@
 """What `agentrl rollout` collects (`collect_rollout`, the command's library function): plain
-episodes of the model or of the env's scripted expert (`rollout.collect.collect`), or, for a
+episodes of the model or of the env's scripted expert (`collect`), or, for a
 method whose controller grows search trees (`controllers.Controller.trees`), its trees
 (`collect_trees`), grown from the critic `agentrl train` would start from (a checkpoint's own
-critic, else the recipe's initial critic): choosing that critic is the trainer's business, so
-this lives in `train/`. The JSONL file is written atomically (`write_rollout`)."""
+critic, else the recipe's initial critic, as the trainer chooses it: `train.learner`). The
+JSONL file is written atomically (`write_rollout`, trees as `tree_rows`)."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,11 +16,17 @@ import torch
 
 from ..config import RunConfig
 from ..errors import ConfigError
+from ..types import Episode
+from ..context import make_spec
+from ..models.chat import ChatFormat
+from ..models.loading import chat_format, model_path, tiny_recipe
+from ..models.tiny import is_built, tiny_path, train_tokenizer
 from ..rollout.controllers import CONTROLLERS, rollout_context
 from ..rollout.matched_budget import matched_budget, resolve_budget
+from ..rollout.runner import run_episodes, run_expert
 from ..rollout.runtime import build_runtime
-from . import checkpoint
-from .learner import initial_critic
+from ..train import checkpoint
+from ..train.learner import initial_critic
 
 
 def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int | None = None,
@@ -95,7 +102,7 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
     the policy, the output file, the expert, the split (building `tiny` where needed), the
     prompts and rows in flight."""
     from .preflight import check_rollout_memory, load_config
-    from .run_folder import check_output_file
+    from ..train.run_folder import check_output_file
 
     if req.policy not in ("model", "expert"):
         raise ConfigError(f"--policy must be model or expert, got '{req.policy}'")
@@ -105,7 +112,7 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
                           "another file")
     model = req.model
     if req.checkpoint is not None:
-        from .checkpoint import find
+        from ..train.checkpoint import find
         model = str(find(req.checkpoint, log=log))
     cfg = load_config(req.config, list(req.sets), benchmark=req.benchmark, method=req.method,
                       env=req.env, model=model, engine=req.engine, seed=req.seed)
@@ -128,7 +135,7 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
 
 def _build_model(cfg: RunConfig, policy: str, split: str) -> None:
     """Build `tiny` where the rollout needs its folder: the policy's. An expert rollout needs
-    no model and builds none (`rollout.collect.expert_format`). An unknown split is reported
+    no model and builds none (`expert_format`). An unknown split is reported
     first, before any work."""
     from ..context import make_spec
     from .tiny_build import ensure_model
@@ -142,10 +149,9 @@ def _build_model(cfg: RunConfig, policy: str, split: str) -> None:
 
 def write_rollout(out: Path, episodes: list, trees: list | None, algo=None) -> None:
     """The JSONL file, atomically: one episode per line, or one tree per line (its paths'
-    episodes included, and its refined values as `algo` gives them: `rollout.collect.tree_rows`,
+    episodes included, and its refined values as `algo` gives them: `tree_rows`,
     `credit.focus_credit.tree_values`)."""
     from ..credit.focus_credit import tree_values
-    from ..rollout.collect import tree_rows
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
@@ -163,7 +169,6 @@ def write_rollout(out: Path, episodes: list, trees: list | None, algo=None) -> N
 def collect_rollout(req: RolloutRequest, log: Callable[[str], None] = print) -> Collected:
     """`agentrl rollout`: check everything (`_checked`), collect the episodes or trees, write
     the file."""
-    from ..rollout.collect import collect
 
     cfg, trees = _checked(req, log)
     if trees:
@@ -175,3 +180,54 @@ def collect_rollout(req: RolloutRequest, log: Callable[[str], None] = print) -> 
                                      group_size=req.group_size or 1, log=log))
     write_rollout(req.out, res.episodes, res.trees, cfg.algo)
     return res
+
+
+def collect(cfg: RunConfig, n: int, policy: str = "model", split: str = "eval",
+            group_size: int = 1, log=lambda s: None) -> list[Episode]:
+    def pairs(spec):
+        tasks = spec.tasks(split, -(-n // group_size))
+        return [(t, g) for g, t in enumerate(tasks) for _ in range(group_size)][:n]
+
+    if policy == "expert":                # no model: the env spec alone
+        spec = make_spec(cfg)
+        fmt, byte_level = expert_format(cfg, spec, log)
+        # rollout.max_tokens is a model's context; byte-level ids have no model behind them,
+        # and counting bytes against it would cut the expert's episodes short
+        limit = sys.maxsize if byte_level else cfg.rollout.max_tokens
+        return run_expert(fmt, spec, pairs(spec), limit, seed=cfg.seed)
+    rt = build_runtime(cfg)
+    return run_episodes(rt.engine, rt.fmt, rt.spec, pairs(rt.spec), rt.params,
+                        cfg.rollout.max_tokens, cfg.rollout.batch_size,
+                        torch.Generator().manual_seed(cfg.seed))
+
+
+def expert_format(cfg: RunConfig, spec, log=lambda s: None):
+    """(the chat format an expert rollout records its token ids with, whether it is the
+    byte-level fallback). The expert needs no model, so none is built for it. With `tiny`: the
+    tiny agent's tokenizer when that agent is already built (shipped, or in the cache), else a
+    byte-level tokenizer with the tiny chat template (one token per byte), said in one line;
+    its episodes end at `env.max_turns` only (no model context to fit)."""
+    if cfg.model.name == "tiny" and not is_built(tiny_path(tiny_recipe(cfg))):
+        log(f"no tiny agent is built for env '{cfg.env.name}': the expert's episodes record "
+            "byte-level token ids (no model is built for an expert rollout; episodes end at "
+            "env.max_turns, not rollout.max_tokens)")
+        return ChatFormat.from_tokenizer(train_tokenizer([], vocab_size=0)), True
+    return chat_format(cfg, model_path(cfg))[1], False   # model.chat_template and its checks apply
+
+
+def tree_rows(trees, episodes: list[Episode], values: list | None = None) -> list[dict]:
+    """JSONL rows of FOCUS trees: the task's question and gold answer first, the nodes (leaves
+    with the model's final answer on their path; `values`: each tree's refined values, from
+    `credit.focus_credit.tree_values`), then the paths' episodes by path id."""
+    rows = []
+    for k, tree in enumerate(trees):
+        row = tree.to_json(values[k] if values is not None else None)
+        first = episodes[int(next(iter(row["paths"])))] if row["paths"] else None
+        for nd in row["nodes"]:
+            if nd["reward"] is not None:
+                nd["model_answer"] = episodes[nd["path"]].model_answer
+        rows.append({"task_id": row.pop("task_id"),
+                     "question": first.question if first else None,
+                     "gold_answer": first.answer if first else None, **row,
+                     "episodes": {k: episodes[int(k)].to_json() for k in row["paths"]}})
+    return rows

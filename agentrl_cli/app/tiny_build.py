@@ -238,7 +238,7 @@ def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print,
     it with the build that ships with the package (if one does) -> the build's `recipe.json`
     plus `shipped` (its folder) and `identical` (the same weights, byte for byte)."""
     from ..errors import ConfigError
-    from .checkpoint import sha256_file
+    from ..train.checkpoint import sha256_file
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -30,7 +30,7 @@ def check_names(cfg: RunConfig) -> RunConfig:
     from ..envs import ENVS
     from ..rollout.controllers import CONTROLLERS
     from ..rollout.planner import ALLOCATORS
-    from .policy_losses import POLICY_LOSSES
+    from ..train.policy_losses import POLICY_LOSSES
 
     a = cfg.algo
     for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
@@ -403,7 +403,7 @@ def update_parts(cfg: RunConfig, model: dict, tokens: int) -> dict[str, int]:
     """`update_bytes` for this run at micro-batches of `tokens` tokens (all of them counted as
     policy tokens: the LM head's chunk is then whole)."""
     from ..methods import METHODS
-    from .learner import TREE_PACK_MAX_TOKENS
+    from ..train.learner import TREE_PACK_MAX_TOKENS
 
     reference = METHODS.get(cfg.method).reference or cfg.algo.kl_coef > 0
     return update_bytes(model, tokens, tokens, cfg.train.logprob_chunk, _DTYPE_BYTES[cfg.model.dtype],

@@ -3,10 +3,10 @@
 A new run: its config (`preflight.load_config`), the held-out tasks checked, its folder
 (`run_folder.default_out`). A resumed run (`--resume`): only options that cannot change it are
 accepted (a `--method` or `--seed` equal to the run's own is accepted; `--env` only as the
-run's own env or its file at a new place with the same sha256, `train.env_file`), the run's own
+run's own env or its file at a new place with the same sha256, `app.env_file`), the run's own
 config plus the `--set`s a resume may change, and what changed is recorded in the run folder; a
 run that already ran its steps is reported, not rerun. A user env's file and sha256 are
-recorded with the run (`train.env_file`).
+recorded with the run (`app.env_file`).
 """
 from __future__ import annotations
 
@@ -19,12 +19,49 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import RunConfig, load_saved, resume_changes
+from ..engines import check_engine
 from ..errors import ConfigError
-from .checkpoint import is_checkpoint
+from ..rollout.runtime import Runtime, build_runtime
+from ..train import loop
+from ..train.checkpoint import is_checkpoint
+from ..train.run_folder import default_out, record_resume
 from .env_file import check_env, log_env_change, moved_env, record_env
-from .loop import train
-from .preflight import check_eval_tasks, check_names, load_config
-from .run_folder import default_out, record_resume
+from .preflight import (check_eval_tasks, check_names, check_run_memory, check_update_memory,
+                        load_config)
+from .tiny_build import ensure_model
+
+
+def train(cfg: RunConfig, out: Path, resume: str | None = None,
+          log: Callable[[str], None] = print, progress=None, overwrite: bool = False,
+          ready: Callable[[], None] | None = None,
+          on_step: Callable[[int, dict], object] | None = None) -> dict:
+    """The trainer (`train.loop.train`, same arguments and summary) behind the checks every
+    command runs before any work: plugin names and where they run, the engine (e.g. vllm
+    without vLLM or CUDA), the prompts, rows in flight and the update's peak in memory (a
+    default micro-batch may shrink). A `tiny` agent not built yet is built once the run
+    folder has passed its checks, and its memory checked then."""
+    check_names(cfg)
+    check_engine(cfg.rollout.engine)
+    unchecked = not resume and not check_run_memory(cfg)
+    if not resume and not unchecked:
+        cfg = check_update_memory(cfg, log=log)
+
+    def prepare(c: RunConfig, say: Callable[[str], None]) -> RunConfig:
+        ensure_model(c, say)
+        if unchecked:                     # the `tiny` build now exists to read
+            check_run_memory(c)
+            c = check_update_memory(c, log=say)
+        return c
+
+    return loop.train(cfg, out, resume=resume, log=log, progress=progress, overwrite=overwrite,
+                      ready=ready, on_step=on_step, prepare=prepare)
+
+
+def initial_runtime(cfg: RunConfig, log: Callable[[str], None] = print) -> Runtime:
+    """The runtime a run of `cfg` starts from, `tiny` built first (`agentrl ablate` measures
+    its matched budget on it)."""
+    ensure_model(cfg, log)
+    return build_runtime(cfg, log)
 
 
 @dataclass
@@ -92,10 +129,10 @@ def finished(run_dir: Path, cfg: RunConfig) -> bool:
 def launch(req: TrainRequest, log: Callable[[str], None] = print, progress=None,
            announce: Callable[[RunConfig, Path], None] | None = None,
            on_step: Callable[[int, dict], object] | None = None) -> tuple[Path, dict | None]:
-    """Train as asked -> (the run folder, the run's summary: `train.loop.train`), the summary
+    """Train as asked -> (the run folder, the run's summary: `train`), the summary
     None for a resumed run that already ran its steps (said in one line). `announce(cfg, out)` is called once the run
     folder passed its checks, before any model is loaded; `on_step(step, row)` after each
-    step (`train.loop.train`)."""
+    step (`train`)."""
     record = None
     if req.resume is not None:
         cfg, out, record = resumed(req)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..config import env_name
 from ..errors import ConfigError
-from .checkpoint import sha256_file
-from .run_folder import new_marker, read_marker, write_marker
+from ..train.checkpoint import sha256_file
+from ..train.run_folder import new_marker, read_marker, write_marker
 
 CHANGES_LOG = "env-changes.log"
 
