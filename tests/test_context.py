@@ -16,6 +16,7 @@ from agentrl_cli.context import ContextSpec, visible_ids, visible_len, window_in
 from agentrl_cli.context.operators import AFTER_SUMMARY, FREE, STRUCTURED
 from agentrl_cli.context.windows import window_of
 from agentrl_cli.context.workspace import MAX_KEYS, WorkspaceEnv
+from agentrl_cli.credit.estimators import SegmentValues
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.envs.search import SearchSpec
@@ -109,7 +110,7 @@ def test_compaction_triggers_at_the_threshold_and_the_summary_is_a_policy_turn(m
     asked = summaries = 0
     for ep in eps:
         assert ep.context == "compaction" and ep.window_prefix == ep.turns[0].start
-        summary_turns = ep.meta.get("summary_turns", [])
+        summary_turns = ep.meta.summary_turns or []
         for k, turn in enumerate(ep.turns):
             if k in summary_turns:
                 # a policy turn the env never saw, followed by a copy of itself and the note
@@ -304,10 +305,10 @@ def test_focus_nodes_are_compaction_boundaries_and_continuations_resume_the_wind
                                                        + ep.token_ids[summary.end:nd.position])
     assert all(len(ep.window_starts) >= 2 for ep in eps)
     for ep in eps:       # continuations inherit the source's resets and summaries before the node
-        assert ep.meta["context_resets"] == len(ep.window_starts)
-        reset = [ep.turns[k].end for k in ep.meta["summary_turns"] if ep.turns[k].obs_start >= 0]
+        assert ep.meta.context_resets == len(ep.window_starts)
+        reset = [ep.turns[k].end for k in ep.meta.summary_turns if ep.turns[k].obs_start >= 0]
         assert reset == ep.window_starts     # (a last summary may not fit: no reset after it)
-    conts = [ep for ep in eps if ep.meta["focus_origin"] != 0]
+    conts = [ep for ep in eps if ep.meta.focus_origin != 0]
     assert conts, "needs a continuation launched inside a later window"
     n_cont = res.metrics["focus/continuations"]
     # a continuation forks a row still in the node's window, else prefills the visible context
@@ -326,11 +327,11 @@ def test_vine_states_are_window_starts(micro_policy):
     spec = _spec("compaction", 110, max_turns=4)
     res = CONTROLLERS.get("vine").run(_ctx(micro_policy, spec, "vineppo", vine_k=1), spec.tasks("train", 1))
     eps = res.episodes
-    assert [len(v) for v in res.segment_values] == [len(ep.segment_starts) for ep in eps]
+    assert [len(v) for v in res.payload.get(SegmentValues).values] == [len(ep.segment_starts) for ep in eps]
     assert any(len(ep.segment_starts) > 1 for ep in eps)
     for c in res.continuations:
-        src = eps[c.meta["source"]]
-        prefix = visible_ids(src, src.segment_starts[c.meta["boundary"]])
+        src = eps[c.meta.source]
+        prefix = visible_ids(src, src.segment_starts[c.meta.boundary])
         assert c.token_ids[:len(prefix)] == prefix and c.window_prefix == src.window_prefix
 
 

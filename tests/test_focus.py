@@ -13,7 +13,7 @@ from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.credit import focus_gain, refine_values, segment_td_advantages
 from agentrl_cli.credit.estimators import ESTIMATORS
-from agentrl_cli.credit.focus_credit import (FocusTree, focus_segment_advantages, path_credit,
+from agentrl_cli.credit.focus_credit import (FocusTree, FocusTrees, focus_segment_advantages, path_credit,
                                             path_returns, path_values, path_values_loo,
                                             refine_tree, segment_returns, subtree_advantages,
                                             tree_prior, tree_values, visit_weights)
@@ -76,7 +76,7 @@ def test_no_branching_advantages_are_td0_of_refined_values(linear_case, micro_po
     res, ref, head, algo = linear_case
     model, tok, fmt, spec = micro_policy
     batch = collate(res.episodes, fmt.pad_id)
-    batch.tree_arrays, batch.segment_values = res.tree_arrays, res.segment_values
+    batch.payload = res.payload
     with torch.no_grad():
         _, values = forward(model, head, batch, 1.0)
     # independent tree: one shared root per task, then a chain per episode; critic from the trainer
@@ -159,7 +159,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
     assert (m["focus/prefill_start_tokens"] > 0) == (seen["prefills"] > 0)
     # every continuation resumes exactly its source's prefix; engine log-probs of the new tokens
     # (decoded on forked / compacted / re-prefilled KV rows) agree with a full forward pass
-    assert [e.meta["focus_path"] for e in res.episodes] == list(range(10))
+    assert [e.meta.focus_path for e in res.episodes] == list(range(10))
     batch = collate(res.episodes, fmt.pad_id)
     with torch.no_grad():
         lp, _ = forward(model, None, batch, 1.0)
@@ -174,7 +174,7 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
                 src = res.episodes[nd.path]
                 assert e.token_ids[:nd.position] == src.token_ids[:nd.position]
             # each segment is trained once: policy tokens only after the path's origin
-            origin = tree.nodes[e.meta["focus_origin"]]
+            origin = tree.nodes[e.meta.focus_origin]
             assert all(m == 0 for m in e.response_mask[:origin.position])
     from agentrl_cli.registry import RegistryError
     from agentrl_cli.app.preflight import check_names
@@ -525,9 +525,9 @@ def test_focus_prior_reaches_the_estimator(micro_policy):
     tasks = micro_policy[3].tasks("train", 2)
     algo = _algo(focus_roots=2, focus_prior="tree")
     res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, critic=head), tasks)
-    values, _, refined, _ = path_credit(res.tree_arrays, algo, len(res.episodes))
+    values, _, refined, _ = path_credit(res.payload.get(FocusTrees).trees, algo, len(res.episodes))
     moved = False
-    for tree, got in zip(res.tree_arrays, refined):
+    for tree, got in zip(res.payload.get(FocusTrees).trees, refined):
         want = refine_tree(tree, algo.kappa, algo.gamma, prior=tree_prior(tree))
         assert got.V_tilde == pytest.approx(want.V_tilde)
         critic = refine_tree(tree, algo.kappa, algo.gamma)   # what the critic prior gives
@@ -574,8 +574,8 @@ def _mixed_outcome_step(micro_policy, algo):
     res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, group_size=8, batch_size=8,
                                         critic=random_value_head(model)), spec.tasks("train", 3))
     batch = collate(res.episodes, fmt.pad_id)
-    batch.tree_arrays, batch.segment_values = res.tree_arrays, res.segment_values
-    trees = res.tree_arrays
+    batch.payload = res.payload
+    trees = res.payload.get(FocusTrees).trees
     for tree in trees:
         for p, ids in tree.paths.items():
             tree.reward[ids[-1]] = float(p % 2 == 0)
@@ -659,12 +659,12 @@ def test_focus_baseline_loo_reaches_the_estimator(micro_policy):
     for kind in ("refined", "loo"):
         algo = _algo(focus_roots=2, focus_baseline=kind)
         res = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, critic=head), tasks)
-        values, _, refined, _ = path_credit(res.tree_arrays, algo, len(res.episodes))
-        for tree, vals in zip(res.tree_arrays, refined):
+        values, _, refined, _ = path_credit(res.payload.get(FocusTrees).trees, algo, len(res.episodes))
+        for tree, vals in zip(res.payload.get(FocusTrees).trees, refined):
             for p in tree.paths:
                 assert values[p] == (path_values(tree, vals, p) if kind == "refined" else
                                      path_values_loo(tree, vals, p, algo.kappa, algo.gamma))
-        got[kind], trees[kind] = values, res.tree_arrays
+        got[kind], trees[kind] = values, res.payload.get(FocusTrees).trees
     assert got["refined"] != got["loo"]
     assert trees["refined"] == trees["loo"]
     with pytest.raises(ConfigError, match="focus_baseline"):

@@ -14,7 +14,7 @@ from conftest import MICRO
 from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.config import AlgoConfig
-from agentrl_cli.credit.estimators import ESTIMATORS, TraceReference
+from agentrl_cli.credit.estimators import ESTIMATORS, SegmentValues, TraceReference
 from agentrl_cli.envs.base import StepResult, Task
 from agentrl_cli.methods import METHODS
 from agentrl_cli.rollout.controllers import (CONTROLLERS, RolloutContext, overlong_penalty,
@@ -149,7 +149,7 @@ def test_vine_estimator_matches_loop_and_skips_unknown_values():
     rng = random.Random(3)
     values = [[rng.random() for _ in ep.turns] for ep in eps]
     values[0][0] = math.nan  # a state that got no continuation (budget spent)
-    batch.segment_values = values
+    batch.payload.add(SegmentValues(values, [[1] * len(v) for v in values]))
     gamma = 0.9
     credit = ESTIMATORS.get("vine")(batch, AlgoConfig(gamma=gamma))
     per_ep = []
@@ -204,7 +204,7 @@ def test_trace_estimator_matches_loop():
     table = torch.zeros(len(eps), M)
     for b, row in enumerate(lps):
         table[b, :len(row)] = torch.tensor(row)
-    batch.trace_reference = TraceReference(table, torch.tensor([ep.num_turns for ep in eps]))
+    batch.payload.add(TraceReference(table, torch.tensor([ep.num_turns for ep in eps])))
     algo = AlgoConfig(trace_eps=0.1, trace_k=2, gamma_td=0.8, lambda_term=2.0, alpha_out=1.0,
                       alpha_turn=0.2)
     credit = ESTIMATORS.get("trace")(batch, algo)
@@ -283,7 +283,7 @@ def test_overlong_penalty_and_shaping():
     shape_rewards(eps, ctx)  # idempotent
     assert eps[0].reward == pytest.approx(1.0 - 0.5)
     assert eps[1].reward == pytest.approx(0.0)
-    assert eps[0].meta["reward_raw"] == 1.0
+    assert eps[0].meta.reward_raw == 1.0
 
 
 class _OneShotEnv:

@@ -12,6 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from agentrl_cli import config
+from agentrl_cli.credit.estimators import SegmentValues
+from agentrl_cli.credit.focus_credit import FocusTrees
 from agentrl_cli.cli.main import app
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.engines.hf import HFEngine
@@ -139,7 +141,7 @@ def _algo(method, reward_file, mode, **kw):
 
 
 def _expected(ep, mode):
-    env = ep.meta["reward_env"]
+    env = ep.meta.reward_env
     length = 0.1 * len(ep.token_ids) + 0.01 * sum(len(t.action) for t in ep.turns)
     return (env if mode == "add" else 0.0) + 0.5 * length
 
@@ -157,13 +159,13 @@ def test_every_controller_credits_the_shaped_reward(micro_policy, reward_file, m
                                                              vine_k=2)), tasks)
     conts = vine.continuations
     assert conts and all(e.reward == pytest.approx(_expected(e, mode)) for e in conts + vine.episodes)
-    values = [v for row in vine.segment_values for v in row if not math.isnan(v)]
+    values = [v for row in vine.payload.get(SegmentValues).values for v in row if not math.isnan(v)]
     assert values and all(v > 0.5 for v in values)    # means of shaped rewards (>= 0.05 x tokens)
 
     algo = _algo("focus", reward_file, mode, focus_roots=1)
     foc = CONTROLLERS.get("focus").run(_ctx(micro_policy, algo, random_value_head(model), 4), tasks)
     assert all(e.reward == pytest.approx(_expected(e, mode)) for e in foc.episodes)
-    leaves = sorted(t.reward[nodes[-1]] for t in foc.tree_arrays
+    leaves = sorted(t.reward[nodes[-1]] for t in foc.payload.get(FocusTrees).trees
                     for nodes in t.paths.values())
     assert leaves == pytest.approx(sorted(e.reward for e in foc.episodes))
     assert len(set(leaves)) > 1

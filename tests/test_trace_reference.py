@@ -9,6 +9,7 @@ import torch
 
 from conftest import MICRO
 from agentrl_cli import config
+from agentrl_cli.credit.estimators import TraceReference
 from agentrl_cli.errors import ConfigError
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
@@ -50,7 +51,7 @@ def test_batched_reference_logprobs_equal_single_passes(micro_policy, episodes, 
     cfg = config.load(method="trace", sets=MICRO + [f"train.max_tokens_per_microbatch={budget}"])
     batch = collate(episodes, fmt.pad_id)
     PREPARERS.get("trace")(_Learner(reference), batch, episodes, fmt, cfg)
-    table, num_turns = batch.trace_reference.mean_logprobs, batch.trace_reference.num_turns
+    table, num_turns = batch.payload.get(TraceReference).mean_logprobs, batch.payload.get(TraceReference).num_turns
     assert num_turns.tolist() == [e.num_turns for e in episodes]
     assert table.shape == (len(episodes), max(e.num_turns for e in episodes))
     for b, ep in enumerate(episodes):

@@ -13,7 +13,7 @@ import torch
 from agentrl_cli import config
 from agentrl_cli.credit import tree_grpo
 from agentrl_cli.credit.estimators import ESTIMATORS
-from agentrl_cli.credit.focus_credit import FocusTree
+from agentrl_cli.credit.focus_credit import FocusTree, FocusTrees
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.envs.base import make_env_spec
@@ -22,7 +22,7 @@ from agentrl_cli.rollout import planner
 from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
 from agentrl_cli.rollout.tree import Node, Tree
 from agentrl_cli.train.batch import collate
-from agentrl_cli.types import Episode
+from agentrl_cli.types import Episode, Payload
 
 from conftest import MICRO
 
@@ -86,13 +86,13 @@ def test_the_tree_grpo_estimator_puts_segment_advantages_on_their_tokens():
     tree = FocusTree(parent=[-1, 0, 1, 0], reward=[None, None, 1.0, 0.0], critic=[0.5] * 4,
                      position=[2, 4, 7, 4], creator=[0, 0, 0, 1], paths={0: [0, 1, 2], 1: [0, 3]})
     batch = collate(eps, pad_id=0)
-    batch.tree_arrays = [tree]
+    batch.payload.add(FocusTrees([tree]))
     credit = ESTIMATORS.get("tree_grpo")(batch, config.load(method="tree_grpo").algo)
     a = tree_grpo.leaf_advantages(tree)
     assert credit.advantages[0, 2:7].tolist() == pytest.approx([a[0]] * 5)
     assert credit.advantages[1, 2:4].tolist() == pytest.approx([a[1]] * 2)
     assert credit.advantages[:, :2].abs().sum() == 0       # prompt tokens carry nothing
-    batch.tree_arrays = None
+    batch.payload = Payload()
     with pytest.raises(ValueError, match="trees"):
         ESTIMATORS.get("tree_grpo")(batch, config.load(method="tree_grpo").algo)
 

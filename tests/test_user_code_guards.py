@@ -202,7 +202,7 @@ def test_a_reward_function_scores_a_copy_of_the_episode(tmp_path):
     cheat = RewardFn("cheat", "shaping.py:cheat", 1.0,
                      lambda episode: setattr(episode, "reward", 100.0) or 0.0, ("episode",))
     apply_rewards(ep, (cheat,), "add")
-    assert ep.reward == 1.0 and ep.meta["reward_env"] == 1.0
+    assert ep.reward == 1.0 and ep.meta.reward_env == 1.0
 
 
 def test_a_raising_trl_style_reward_is_named_by_its_own_file():

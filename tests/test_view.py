@@ -82,7 +82,7 @@ def test_traced_trees_carry_each_nodes_action_and_segment_advantage(focus_run):
         eps, adv, _ = seen[step]
         assert data["trees_in_step"] > 0 and len(data["trees"]) <= traces.MAX_TREES
         for t in data["trees"]:
-            rows = {e.meta["focus_path"]: i for i, e in enumerate(eps)}
+            rows = {e.meta.focus_path: i for i, e in enumerate(eps)}
             for nd in t["nodes"]:
                 if nd["parent"] < 0:
                     assert nd["action"] is None

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentrl_cli.config import AlgoConfig
-from agentrl_cli.credit.estimators import ESTIMATORS
+from agentrl_cli.credit.estimators import ESTIMATORS, SegmentValues
 from agentrl_cli.engines.hf import HFEngine
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.envs.search import SearchEnv
@@ -68,8 +68,8 @@ def test_continuations_resume_from_the_snapshot_state(vine_run):
     conts = res.continuations
     assert len(conts) == len(restores) > 0
     for cont, history in zip(conts, restores):
-        src = res.episodes[cont.meta["source"]]
-        k = cont.meta["boundary"]
+        src = res.episodes[cont.meta.source]
+        k = cont.meta.boundary
         prefix = src.token_ids[:src.turns[k].start]
         # the same observation history as the episode at that boundary ...
         assert history == [(t.action, t.observation) for t in src.turns[:k]]
@@ -86,9 +86,9 @@ def test_values_are_means_of_continuation_rewards(vine_run):
     conts = res.continuations
     rewards: dict[int, list[float]] = {}
     for c in conts:
-        rewards.setdefault(c.meta["vine_state"], []).append(c.reward)
+        rewards.setdefault(c.meta.vine_state, []).append(c.reward)
     assert len({r for rs in rewards.values() for r in rs}) > 1, "rewards should vary"
-    values, counts = res.segment_values, res.segment_counts
+    values, counts = res.payload.get(SegmentValues).values, res.payload.get(SegmentValues).counts
     n_states = len(rewards)
     # s_0 is shared by a group; every later boundary is its own state
     assert n_states == len(tasks) + sum(ep.num_turns - 1 for ep in res.episodes)
@@ -96,9 +96,9 @@ def test_values_are_means_of_continuation_rewards(vine_run):
     for b, ep in enumerate(res.episodes):
         assert len(values[b]) == ep.num_turns
         for k in range(ep.num_turns):
-            states = {c.meta["vine_state"] for c in conts
-                      if c.meta["boundary"] == k and (c.meta["source"] == b or
-                                                      (k == 0 and res.episodes[c.meta["source"]].group == ep.group))}
+            states = {c.meta.vine_state for c in conts
+                      if c.meta.boundary == k and (c.meta.source == b or
+                                                      (k == 0 and res.episodes[c.meta.source].group == ep.group))}
             assert len(states) == 1
             rs = rewards[states.pop()]
             assert values[b][k] == pytest.approx(sum(rs) / len(rs))
@@ -110,10 +110,10 @@ def test_values_are_means_of_continuation_rewards(vine_run):
 def test_vine_values_feed_the_estimator(vine_run):
     res, _, _ = vine_run
     model_free = collate(res.episodes, pad_id=0)
-    model_free.segment_values = res.segment_values
+    model_free.payload = res.payload
     credit = ESTIMATORS.get("vine")(model_free, AlgoConfig())
     ep, b = res.episodes[0], 0
-    v = res.segment_values[0]
+    v = res.payload.get(SegmentValues).values[0]
     for k, turn in enumerate(ep.turns):
         target = ep.reward if k == ep.num_turns - 1 else v[k + 1]
         assert torch.allclose(credit.advantages[b, turn.start:turn.end],
@@ -130,13 +130,13 @@ def test_budget_caps_continuations_round_robin(micro_policy, vine_run):
     # the plan never prices the step above the budget (each continuation at its source's cost)
     cost = 0
     for c in conts:
-        src = res.episodes[c.meta["source"]]
-        cost += sum(t.end - t.start for t in src.turns[c.meta["boundary"]:])
+        src = res.episodes[c.meta.source]
+        cost += sum(t.end - t.start for t in src.turns[c.meta.boundary:])
     assert sum(e.generated_tokens for e in res.episodes) + cost <= budget
     # round-robin: no state has a second continuation while another has none
-    counts = [n for row in res.segment_counts for n in row]
+    counts = [n for row in res.payload.get(SegmentValues).counts for n in row]
     assert max(counts) - min(counts) <= 1
-    assert any(math.isnan(v) for row in res.segment_values for v in row) == (min(counts) == 0)
+    assert any(math.isnan(v) for row in res.payload.get(SegmentValues).values for v in row) == (min(counts) == 0)
 
 
 def test_on_state_hook_sees_every_boundary_and_changes_nothing(micro_policy):

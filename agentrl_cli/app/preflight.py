@@ -63,7 +63,8 @@ def check_oracle(cfg: RunConfig) -> None:
 
 
 def _grows_trees(cfg: RunConfig) -> bool:
-    """Whether the run's controller grows trees (the oracle replaces their node values)."""
+    """Whether the run's controller grows trees (the oracle replaces their node values; parked
+    rows stay in the cache)."""
     from ..rollout.controllers import CONTROLLERS
 
     return CONTROLLERS.get(cfg.algo.controller).trees
@@ -309,9 +310,9 @@ def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks
 
 def check_run_memory(cfg: RunConfig) -> bool:
     """`check_rollout_memory` for a training run: its training prompts at the rows a step keeps
-    in flight (twice `rollout.batch_size` for FOCUS's trees, whose parked rows stay in the
+    in flight (twice `rollout.batch_size` for a tree controller, whose parked rows stay in the
     cache), and its held-out check's prompts. Returns whether they were checked."""
-    rows = cfg.rollout.batch_size * (2 if cfg.algo.controller == "focus" else 1)
+    rows = cfg.rollout.batch_size * (2 if _grows_trees(cfg) else 1)
     checked = check_rollout_memory(cfg, rows, "train")
     return check_rollout_memory(cfg, cfg.rollout.batch_size, "eval", cfg.train.eval_tasks) and checked
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..envs.base import StepResult, Task, TextEnv
 from ..envs.guard import EnvContractError
 from ..models.chat import ChatFormat
-from ..types import Episode, Turn
+from ..types import Episode, EpisodeMeta, Turn
 
 
 @dataclass
@@ -32,7 +32,7 @@ def new_episode(task: Task, group: int, prompt_ids: list[int]) -> Episode:
                    response_mask=[0] * n, logprobs=[0.0] * n, turn_index=[-1] * n,
                    segment_starts=[], segment_index=[-1] * n, answer=task.answer,
                    question=task.prompt,
-                   meta={"hops": task.meta.get("hops")} if "hops" in task.meta else {})
+                   meta=EpisodeMeta(hops=task.meta.get("hops")))
 
 
 def start_context(ep: Episode, env: TextEnv) -> None:
@@ -82,7 +82,7 @@ def step_env(live: LiveEpisode, turn: Turn) -> StepResult | None:
         raise e.at(ep.task_id, ep.num_turns) from None
     except Exception as e:  # an env bug must not kill the whole batch
         live.done, ep.finish, ep.reward, ep.success = True, "env_error", 0.0, False
-        ep.meta["env_error"] = f"task {ep.task_id}, step {ep.num_turns}: {type(e).__name__}: {e}"
+        ep.meta.env_error = f"task {ep.task_id}, step {ep.num_turns}: {type(e).__name__}: {e}"
         return None
     turn.tool = res.info.get("tool")
     if turn.tool and turn.tool != "answer" and not res.info.get("error"):

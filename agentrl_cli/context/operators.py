@@ -14,7 +14,7 @@ whole stored episode.
 - `compaction`: the observation that crosses the threshold is followed (in the same env message)
   by a request to summarise, free-form or in four sections (`context.style`). The policy's next
   message is the summary: an ordinary policy turn (trained, its own turn and segment index;
-  `turn.tool` None, and the env does not see it; `meta["summary_turns"]`). Then the context is
+  `turn.tool` None, and the env does not see it; `Episode.meta.summary_turns`). Then the context is
   reset with the summary as the carried message and a short note.
 - `workspace`: the env also offers put/get/scan/delete over an in-memory store
   (`context.workspace`). When the observation would cross the threshold, the context is reset
@@ -90,7 +90,7 @@ def reset_context(live, fmt, turn: Turn, message: str, text: str, max_tokens: in
         return None
     ep.window_starts.append(len(ep.token_ids))
     append_observation(ep, turn, chunk, text)
-    ep.meta["context_resets"] = ep.meta.get("context_resets", 0) + 1
+    ep.meta.context_resets = (ep.meta.context_resets or 0) + 1
     return chunk
 
 
@@ -109,7 +109,7 @@ class Compaction(ContextOperator):
         ep = live.ep
         if live.summarizing:          # `turn` is the summary: not an action for the env
             live.summarizing = False
-            ep.meta.setdefault("summary_turns", []).append(ep.num_turns - 1)
+            ep.meta.summary_turns = [*(ep.meta.summary_turns or []), ep.num_turns - 1]
             chunk = reset_context(live, fmt, turn, AFTER_SUMMARY, AFTER_SUMMARY, max_tokens,
                                   max_new_tokens)
             return chunk, chunk is not None, chunk is not None

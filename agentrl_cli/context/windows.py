@@ -57,9 +57,9 @@ def inherit_windows(ep: Episode, src: Episode, position: int) -> None:
         return
     ep.context, ep.window_prefix = src.context, src.window_prefix
     ep.window_starts = [s for s in src.window_starts if s < position]
-    ep.meta["context_resets"] = len(ep.window_starts)
-    if "summary_turns" in src.meta:
-        ep.meta["summary_turns"] = [k for k in src.meta["summary_turns"] if k < ep.num_turns]
+    ep.meta.context_resets = len(ep.window_starts)
+    if src.meta.summary_turns is not None:
+        ep.meta.summary_turns = [k for k in src.meta.summary_turns if k < ep.num_turns]
 
 
 def resume_from_visible(ep: Episode, src: Episode) -> None:

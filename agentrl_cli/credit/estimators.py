@@ -3,6 +3,14 @@
 `estimator(batch, algo) -> Credit` where `batch` is a `train.batch.Batch` with `old_values`
 filled when the recipe has a critic, and `algo` is the run's `AlgoConfig`. Each entry only
 routes tensors to the pure functions of `credit.batched`.
+
+What an estimator reads beyond the batch's tokens, rewards and values comes in
+`batch.payload` (`types.Payload`), one object per type: the method's controller made it
+(`RolloutResult.payload`: VinePPO's `SegmentValues`, FOCUS's `focus_credit.FocusTrees`) or its
+preparer added it (`train.prepare`: TRACE's `TraceReference`). The type is the contract; the
+trainer passes the payload through without reading it. An estimator that never reads the
+critic's per-token values declares it where it registers (`value_free`), so the scoring pass
+skips them.
 """
 from __future__ import annotations
 
@@ -24,6 +32,18 @@ class Credit:
 
 
 ESTIMATORS: Registry[Callable[..., Credit]] = Registry("estimator")
+
+
+def value_free(estimator: Callable[..., Credit]) -> Callable[..., Credit]:
+    """Declare, where an estimator registers, that it never reads `batch.old_values` (the
+    critic's per-token values): the trainer's scoring pass then leaves them out."""
+    estimator.value_free = True
+    return estimator
+
+
+def reads_values(estimator: Callable[..., Credit]) -> bool:
+    """Whether an estimator may read `batch.old_values` (it did not declare `value_free`)."""
+    return not getattr(estimator, "value_free", False)
 
 
 @ESTIMATORS.register("grpo", reads=("algo.std_normalize",))
@@ -95,9 +115,18 @@ def vine_segment_advantages(values: torch.Tensor, num_segments: torch.Tensor, re
 
 
 @dataclass
+class SegmentValues:
+    """VinePPO's payload (the "vine" controller, `rollout.vine`): per episode, the Monte-Carlo
+    value of each segment's start state and how many continuations each value averages."""
+
+    values: list[list[float]]     # [B][T_b] V(s_k) (NaN: no continuation reached the state)
+    counts: list[list[int]]       # [B][T_b] continuations behind each value
+
+
+@dataclass
 class TraceReference:
-    """TRACE's reference-model confidence in the gold answer at every tool-call boundary (the
-    "trace" preparer, `train/prepare/trace_reference.py`)."""
+    """TRACE's payload: the reference model's confidence in the gold answer at every tool-call
+    boundary (added by the "trace" preparer, `train/prepare/trace_reference.py`)."""
 
     mean_logprobs: torch.Tensor   # [B, M] float: l_k of episode b at boundary k (0 beyond T_b)
     num_turns: torch.Tensor       # [B] long: boundaries of episode b (its turns, T_b + 1)
@@ -109,10 +138,11 @@ class TraceReference:
 @ESTIMATORS.register("vine", reads=("algo.gamma", "algo.whiten"))
 def _vine(batch, algo) -> Credit:
     """VinePPO (docs/methods.md): segment TD residuals of the vine controller's Monte-Carlo values
-    (`batch.segment_values`, one list per episode) on each segment's policy tokens."""
-    if batch.segment_values is None:
+    (the payload's `SegmentValues`, one list per episode) on each segment's policy tokens."""
+    seg_values = batch.payload.get(SegmentValues)
+    if seg_values is None:
         raise ValueError("estimator 'vine' needs segment values from the 'vine' controller")
-    values = segment_values_tensor(batch.segment_values)
+    values = segment_values_tensor(seg_values.values)
     valid = (batch.segment_index >= 0) & (batch.response_mask > 0)
     num_segments = torch.where(valid, batch.segment_index, -1).max(1).values + 1
     seg_adv = vine_segment_advantages(values, num_segments, batch.rewards, algo.gamma)
@@ -140,15 +170,17 @@ def _mpo(batch, algo) -> Credit:
 def _trace(batch, algo) -> Credit:
     """TRACE (docs/methods.md): GRPO outcome advantage plus reference-model turn credit.
 
-    Needs `batch.trace_reference` (`TraceReference`) from the "trace" preparer (`train/prepare/trace_reference.py`). The last turn of every episode gets the outcome
+    Needs the payload's `TraceReference`, from the "trace" preparer
+    (`train/prepare/trace_reference.py`). The last turn of every episode gets the outcome
     term only: it is the final answer, or (for an episode cut by a limit) a turn whose
     observation never entered the context, so its information gain cannot be measured.
     """
-    if batch.trace_reference is None:
+    ref = batch.payload.get(TraceReference)
+    if ref is None:
         raise ValueError("estimator 'trace' needs the 'trace' preparer's reference log-probs")
     out = batched.grpo_episode_advantages(batch.rewards, batch.group_index, std=algo.std_normalize)
     adv = batched.trace_token_advantages(
-        batch.trace_reference.mean_logprobs, batch.trace_reference.num_turns, out,
+        ref.mean_logprobs, ref.num_turns, out,
         batch.turn_index, batch.response_mask, final_turn_is_answer=True, eps=algo.trace_eps,
         K=algo.trace_k, gamma_td=algo.gamma_td, lambda_term=algo.lambda_term,
         alpha_out=algo.alpha_out, alpha_turn=algo.alpha_turn)

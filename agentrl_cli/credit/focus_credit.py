@@ -1,8 +1,8 @@
 """FOCUS credit, in one place (docs/methods.md, focus): everything computed from a step's search
 trees once the rollout is done, and every `algo.focus_*` key that credit reads.
 
-The rollout hands over plain arrays (`FocusTree`, in `batch.tree_arrays`, one per
-task tree; the Tree's own evidence bookkeeping, which the allocator needs while the step runs,
+The rollout hands over plain arrays (`FocusTrees`, the payload of the FOCUS controller in
+`batch.payload`: a `FocusTree` per task tree; the Tree's own evidence bookkeeping, which the allocator needs while the step runs,
 stays in `rollout.tree`). From them, per tree:
 - the prior of Eq. 1 (`algo.focus_prior`): each node's critic value V(s) (0.5 where never
   computed, the untrained value head's output), or the tree's mean reward (`tree_prior`);
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from . import batched
-from .estimators import ESTIMATORS, Credit
+from .estimators import ESTIMATORS, Credit, value_free
 from .focus import calibrated, refine_values
 from .gae import segment_td_advantages
 
@@ -54,6 +54,23 @@ class FocusTree:
     position: list[int]                # [N] the node's boundary position (tokens of context)
     creator: list[int]                 # [N] the path (row) that first reached the node
     paths: dict[int, list[int]]        # finished path (row) -> its node ids, root..leaf
+
+
+@dataclass
+class FocusTrees:
+    """A tree controller's payload (`RolloutResult.payload`): the step's search trees as plain
+    arrays, one per task tree, for the estimators that credit trees (focus, tree_grpo)."""
+
+    trees: list[FocusTree]
+
+
+def step_trees(batch, estimator: str) -> list[FocusTree]:
+    """The step's trees from `batch.payload`; a one-line error for a rollout without trees."""
+    found = batch.payload.get(FocusTrees)
+    if found is None:
+        raise ValueError(f"estimator '{estimator}' needs search trees from a tree controller "
+                         "(algo.controller=focus)")
+    return found.trees
 
 
 @dataclass
@@ -321,11 +338,10 @@ def tree_normalize(adv: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
                                         "algo.focus_critic_targets", "algo.focus_critic_backup",
                                         "algo.focus_return", "algo.focus_segment_weight",
                                         "algo.whiten"))
+@value_free                     # it reads its critic inside the trees (`FocusTree.critic`)
 def focus_credit(batch, algo) -> Credit:
     """FOCUS credit of a step's batch from its trees (module docstring)."""
-    if batch.tree_arrays is None:
-        raise ValueError("estimator 'focus' needs search trees from the 'focus' controller")
-    trees = batch.tree_arrays
+    trees = step_trees(batch, "focus")
     values, targets, refined, backed = path_credit(trees, algo, batch.size)
     rewards = batch.rewards.tolist()
     if algo.focus_return == "subtree":

@@ -25,7 +25,7 @@ import torch
 
 from . import batched
 from .estimators import ESTIMATORS, Credit
-from .focus_credit import FocusTree
+from .focus_credit import FocusTree, step_trees
 
 EPS = 1e-6
 
@@ -79,7 +79,5 @@ def segment_advantages(trees: list[FocusTree], n_paths: int, eps: float = EPS) -
 @ESTIMATORS.register("tree_grpo", reads=())
 def tree_grpo_credit(batch, algo) -> Credit:
     """Tree-GRPO's credit of a step's batch from its trees (module docstring)."""
-    if batch.tree_arrays is None:
-        raise ValueError("estimator 'tree_grpo' needs search trees from the 'focus' controller")
-    seg = segment_advantages(batch.tree_arrays, batch.size)
+    seg = segment_advantages(step_trees(batch, "tree_grpo"), batch.size)
     return Credit(batched.broadcast_turn_values(seg, batch.segment_index, batch.response_mask))

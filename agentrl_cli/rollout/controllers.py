@@ -30,12 +30,11 @@ from typing import Callable
 import torch
 
 from ..config import AlgoConfig
-from ..credit.focus_credit import FocusTree
 from ..engines.base import SamplingParams
 from ..envs.base import EnvSpec, Task
 from ..models.chat import ChatFormat
 from ..registry import Registry
-from ..types import Episode
+from ..types import Episode, Payload
 from ..envs.guard import user_timeout
 from .rewards import apply_rewards, load_rewards
 from .runner import run_episodes
@@ -89,16 +88,15 @@ class RolloutResult:
     episodes: list[Episode]               # trainable episodes
     extra_tokens: int = 0                 # generated tokens spent on value estimation only
     metrics: dict[str, float] = field(default_factory=dict)  # logged in the step's row
-    # tree controllers: the step's search trees (`rollout.tree.Tree`, for traces and `agentrl
-    # rollout`) and the same trees as plain arrays (`credit.focus_credit.FocusTree`), which
-    # credit reads (`Batch.tree_arrays`)
+    # what the controller hands the method's estimator beside the episodes, typed by what it
+    # makes (FOCUS: `credit.focus_credit.FocusTrees`; VinePPO: `credit.estimators.
+    # SegmentValues`); the trainer passes it on as `Batch.payload` without reading it
+    payload: Payload = field(default_factory=Payload)
+    # tree controllers (`Controller.trees`): the step's search trees (`rollout.tree.Tree`), for
+    # traces and `agentrl rollout`
     trees: list[Tree] = field(default_factory=list)
-    tree_arrays: list[FocusTree] | None = None
-    # value controllers (VinePPO): per episode, the Monte-Carlo value of each segment's start
-    # state (NaN: no continuation reached it), how many continuations each value averages, and
-    # the continuations themselves (generated for values only, never trained on)
-    segment_values: list[list[float]] | None = None
-    segment_counts: list[list[int]] | None = None
+    # episodes generated for the estimator's inputs only, never trained on (VinePPO's value
+    # continuations); their tokens are in `extra_tokens`
     continuations: list[Episode] = field(default_factory=list)
     # counters a controller reports beside its metrics, not logged (DAPO's refill rounds,
     # VinePPO's states): tests and benchmarks read them
@@ -147,15 +145,12 @@ def overlong_penalty(length: int, max_tokens: int, cache: int, cut: bool = False
     return (start - length) / cache
 
 
-# what `shape_rewards` writes into a finished episode's meta: a continuation that starts from
-# a finished path's prefix (`planner.branch_episode`) leaves them out, to be shaped itself
-SHAPED_KEYS = ("reward_raw", "overlong_penalty", "reward_env", "rewards")
-
-
 def shape_rewards(episodes: list[Episode], ctx: RolloutContext) -> None:
     """Each finished episode's reward as the estimators read it: the env's, with the reward
     functions of `algo.rewards` added (or in its place, `algo.reward_mode`), then the overlong
-    penalty when `algo.overlong_shaping` is on. Each episode is shaped once."""
+    penalty when `algo.overlong_shaping` is on. Each episode is shaped once (what shaping notes
+    is `EpisodeMeta.SHAPED`: a continuation from a finished path's prefix leaves it out, to be
+    shaped itself)."""
     if ctx.algo.rewards:
         fns = load_rewards(ctx.algo.rewards)
         timeout_s = user_timeout(ctx.spec)
@@ -164,11 +159,11 @@ def shape_rewards(episodes: list[Episode], ctx: RolloutContext) -> None:
     if not ctx.algo.overlong_shaping:
         return
     for ep in episodes:
-        if "reward_raw" in ep.meta:
+        if ep.meta.reward_raw is not None:
             continue
         pen = overlong_penalty(len(ep.token_ids), ctx.max_tokens, ctx.algo.overlong_cache,
                                cut=ep.finish == "max_tokens")
-        ep.meta["reward_raw"], ep.meta["overlong_penalty"] = ep.reward, pen
+        ep.meta.reward_raw, ep.meta.overlong_penalty = ep.reward, pen
         ep.reward = ep.reward + pen
 
 

@@ -64,9 +64,9 @@ from ..envs import guard, plugins
 from ..errors import ConfigError
 from ..metrics import spearman
 from ..registry import Registry
-from ..types import Episode
-from .controllers import (SHAPED_KEYS, RolloutContext, RolloutResult, StepTiming, record_spend,
-                          shape_rewards,
+from ..credit.focus_credit import FocusTrees
+from ..types import Episode, EpisodeMeta, Payload
+from .controllers import (RolloutContext, RolloutResult, StepTiming, record_spend, shape_rewards,
                           spend_limit)
 from .tree import Node, Tree
 
@@ -252,9 +252,7 @@ def branch_episode(src: Episode, node: Node) -> Episode:
                  response_mask=[0] * pos, logprobs=[0.0] * pos, turn_index=[-1] * pos,
                  segment_starts=[s for s in src.segment_starts if s < pos],
                  turns=[replace(t) for t in src.turns[:k]], segment_index=[-1] * pos,
-                 answer=src.answer, meta={kk: v for kk, v in src.meta.items()
-                                          if not kk.startswith("focus_") and kk not in
-                                          SHAPED_KEYS},
+                 answer=src.answer, meta=src.meta.cleared(EpisodeMeta.PATH + EpisodeMeta.SHAPED),
                  num_tool_calls=node.tool_calls)
     inherit_windows(ep, src, pos)
     return ep
@@ -366,7 +364,7 @@ class FocusPlanner:
         pid = len(self.paths)
         nodes = tree.start_path(pid, origin, continuation, self.rule)
         p = PlanPath(pid, tree, ep, nodes, origin, continuation)
-        ep.meta.update(focus_tree=tree.group, focus_path=pid, focus_origin=origin)
+        ep.meta.focus_tree, ep.meta.focus_path, ep.meta.focus_origin = tree.group, pid, origin
         self.paths.append(p)
         self.active.append(p)
         self._regain(tree, nodes)
@@ -490,14 +488,14 @@ class FocusPlanner:
 
     def result(self) -> RolloutResult:
         """The step's episodes (path p is episode p), its trees (the `Tree`s, for traces and
-        `agentrl rollout`, and the same as plain arrays: credit is `credit.focus_credit`'s) and
-        its metrics."""
+        `agentrl rollout`, and as the estimator's payload the same trees as plain arrays,
+        `credit.focus_credit.FocusTrees`) and its metrics."""
         eps = [p.ep for p in self.paths]
         metrics = self.metrics(eps)
         if self.ctx.budget_tokens > 0 and self.branching:
             record_spend(self.ctx, "focus_spend", metrics["focus/tokens"])
         return RolloutResult(eps, metrics=metrics, trees=self.trees,
-                             tree_arrays=[t.arrays() for t in self.trees])
+                             payload=Payload(FocusTrees([t.arrays() for t in self.trees])))
 
     def metrics(self, eps: list[Episode]) -> dict:
         inner = [nd for t in self.trees for nd in t.nodes if not nd.terminal]

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ..envs import guard, plugins
 from ..errors import ConfigError
-from ..types import Episode
+from ..types import Episode, EpisodeMeta
 
 # what a reward function may ask for, by parameter name
 EPISODE_ARGS = ("messages", "tool_calls", "answer", "gold", "reward", "success", "finish",
@@ -139,7 +139,8 @@ def episode_args(ep: Episode, copy_episode: bool = True) -> dict[str, Any]:
     calls = [{"name": t.tool, "text": t.action} for t in ep.turns
              if t.tool and t.tool != "answer"]
     return {"messages": messages, "tool_calls": calls, "answer": ep.model_answer,
-            "gold": ep.answer, "reward": ep.meta.get("reward_env", ep.reward),
+            "gold": ep.answer,
+            "reward": ep.reward if ep.meta.reward_env is None else ep.meta.reward_env,
             "success": ep.success, "finish": ep.finish, "task_id": ep.task_id,
             "episode": episode_copy(ep) if copy_episode else None}
 
@@ -155,7 +156,7 @@ def episode_copy(ep: Episode) -> Episode:
             setattr(out, f.name, [x if isinstance(x, (int, float, str)) else copy.deepcopy(x)
                                   for x in v] if v and not isinstance(v[0], (int, float))
                     else list(v))
-        elif isinstance(v, (dict, set)):
+        elif isinstance(v, (dict, set, EpisodeMeta)):
             setattr(out, f.name, copy.deepcopy(v))
     return out
 
@@ -187,15 +188,15 @@ def checked_reward(value: float, what: str) -> float:
 
 def apply_rewards(ep: Episode, fns: tuple[RewardFn, ...], mode: str,
                   timeout_s: float = guard.DEFAULT_TIMEOUT_S) -> None:
-    """Score a finished episode once: `ep.meta["rewards"]` holds each function's value,
-    `ep.meta["reward_env"]` the env's reward, and `ep.reward` becomes the env's reward (mode
+    """Score a finished episode once: `ep.meta.rewards` holds each function's value,
+    `ep.meta.reward_env` the env's reward, and `ep.reward` becomes the env's reward (mode
     add, 0 with replace) plus each weight x value, checked as each value is. Each function
     reads its own copy of the episode (`episode_args`), so none changes what it scores."""
-    if not fns or "reward_env" in ep.meta:
+    if not fns or ep.meta.reward_env is not None:
         return
     values = {r.name: score(r, episode_args(ep, copy_episode="episode" in r.params), timeout_s)
               for r in fns}
-    ep.meta["reward_env"], ep.meta["rewards"] = ep.reward, values
+    ep.meta.reward_env, ep.meta.rewards = ep.reward, values
     base = ep.reward if mode == "add" else 0.0
     ep.reward = checked_reward(base + sum(r.weight * values[r.name] for r in fns),
                                f"the shaped reward of task {ep.task_id} (algo.rewards) is")
@@ -204,10 +205,10 @@ def apply_rewards(ep: Episode, fns: tuple[RewardFn, ...], mode: str,
 def reward_metrics(episodes: list[Episode]) -> dict[str, float]:
     """The step's mean of each reward function's value (`reward/<name>`) and of the env's own
     reward (`reward/env`) over `episodes`; empty when no function scored them."""
-    scored = [e for e in episodes if "rewards" in e.meta]
+    scored = [e for e in episodes if e.meta.rewards is not None]
     if not scored:
         return {}
-    out = {"reward/env": sum(e.meta["reward_env"] for e in scored) / len(scored)}
-    for name in scored[0].meta["rewards"]:
-        out[f"reward/{name}"] = sum(e.meta["rewards"][name] for e in scored) / len(scored)
+    out = {"reward/env": sum(e.meta.reward_env for e in scored) / len(scored)}
+    for name in scored[0].meta.rewards:
+        out[f"reward/{name}"] = sum(e.meta.rewards[name] for e in scored) / len(scored)
     return out

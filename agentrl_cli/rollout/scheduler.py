@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 from ..envs.base import Task
 from ..errors import ConfigError
-from ..types import Episode
+from ..types import Episode, EpisodeMeta
 from .controllers import RolloutContext, RolloutResult, budget_waves, record_spend, spend_limit
 from .executors import INF, PathEvent, PathJob, Report
 from .planner import FocusPlanner, PlanPath, seed_base, timed_tree_step
@@ -296,8 +296,7 @@ def linear_paths(ctx: RolloutContext, tasks: list[Task], runner: PathRunner) -> 
         for p in sched.paths:
             ep = p.ep
             ep.group += start
-            for k in ("focus_tree", "focus_path", "focus_origin"):
-                ep.meta.pop(k, None)
+            ep.meta = ep.meta.cleared(EpisodeMeta.PATH)
             out.append(ep)
         return out
 

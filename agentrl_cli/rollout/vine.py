@@ -10,11 +10,15 @@
    part, prompt + current window). `V(s_k)` = the mean reward of its continuations.
    `s_0` (the task prompt) is the same state for every episode of a group, so its continuations
    are run once per group and shared.
-3. `RolloutResult.segment_values[b]` = [V(s_0), ..., V(s_{K_b-1})] of episode b (NaN for a state that
-   got no continuation); the "vine" estimator turns them into segment advantages.
+3. The step's payload for the estimator (`RolloutResult.payload`) is a
+   `credit.estimators.SegmentValues`: `values[b]` = [V(s_0), ..., V(s_{K_b-1})] of episode b
+   (NaN for a state that got no continuation), and how many continuations each averages; the
+   "vine" estimator turns them into segment advantages.
 
-Continuations are only used for values, never trained on; their generated tokens are counted in
-`RolloutResult.extra_tokens` (so `rollout/tokens` is the step's full generation cost).
+Continuations are only used for values, never trained on (`RolloutResult.continuations`, each
+noting its state, source episode and boundary in `Episode.meta`); their generated tokens are
+counted in `RolloutResult.extra_tokens` (so `rollout/tokens` is the step's full generation
+cost).
 The paper uses K = 9; the default `algo.vine_k = 3` keeps CPU runs short.
 
 Cost: every continuation re-prefills its whole prefix. Reusing the episode's KV prefix when
@@ -42,7 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..types import Episode
+from ..credit.estimators import SegmentValues
+from ..types import Episode, Payload
 from .controllers import (RolloutContext, RolloutResult, record_spend, run_groups, shape_rewards,
                           spend_limit)
 from ..context.windows import resume_from_visible, visible_ids
@@ -163,7 +168,7 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
             env.restore(st.snapshot)
             ep = new_episode(tasks[src.group], src.group, st.prefix)
             resume_from_visible(ep, src)
-            ep.meta.update(vine_state=s, source=st.source, boundary=st.boundary)
+            ep.meta.vine_state, ep.meta.source, ep.meta.boundary = s, st.source, st.boundary
             lives.append(LiveEpisode(ep, env))
             chunks.append(list(st.prefix))
         done = drive_batch(ctx.engine, ctx.fmt, lives, chunks, ctx.params, ctx.max_tokens,
@@ -176,8 +181,7 @@ def vine(ctx: RolloutContext, tasks) -> RolloutResult:
     if limit is not None:
         record_spend(ctx, "vine_spend", spent + extra)
     values = [sum(r) / len(r) if r else math.nan for r in rewards]
-    return RolloutResult(eps, extra_tokens=extra,
-                         segment_values=[[values[s] for s in row] for row in index],
-                         segment_counts=[[len(rewards[s]) for s in row] for row in index],
-                         continuations=conts,
+    seg = SegmentValues([[values[s] for s in row] for row in index],
+                        [[len(rewards[s]) for s in row] for row in index])
+    return RolloutResult(eps, extra_tokens=extra, payload=Payload(seg), continuations=conts,
                          counters={"vine/states": len(states), "vine/continuations": len(conts)})

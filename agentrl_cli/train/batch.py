@@ -3,21 +3,25 @@
 All per-token tensors are [B, L] aligned with `input_ids`: position t holds what concerns token
 t (its log-prob given the prefix before it, the critic's value of the state before it).
 Position 0 is always a prompt token, so nothing is lost by the shift.
+
+What an estimator reads beyond the tokens, rewards and values is the batch's `payload`
+(`types.Payload`): the controller's (`RolloutResult.payload`, handed to `collate`) and what a
+preparer adds (`train.prepare`). The batch carries it whole: `select` and `trim` keep it, `to`
+moves the tensors its objects hold.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
 from ..context.windows import window_index
-from ..credit.estimators import TraceReference
 from ..models.critic import critic_hidden, is_separate
 from ..models.sequences import (can_pack, hidden_states, logprobs_from_hidden, pack_rows,
                                 packed_hidden_states, pad_episodes, pad_field, tree_hidden_states,
                                 tree_mask, tree_next_logprobs, tree_pack_rows, tree_packable,
                                 unpack_next)
-from ..types import Episode
+from ..types import Episode, Payload
 
 
 @dataclass
@@ -36,10 +40,9 @@ class Batch:
     advantages: torch.Tensor | None = None    # [B, L] frozen for the update
     returns: torch.Tensor | None = None       # [B, L] critic targets (masked by value_mask)
     value_mask: torch.Tensor | None = None    # [B, L] where the critic is regressed
-    # what an estimator reads beside the tokens, from the rollout or a preparer (None: not made)
-    tree_arrays: list | None = None           # FOCUS: one `credit.focus_credit.FocusTree` per tree
-    segment_values: list[list[float]] | None = None  # VinePPO: per episode, V(s_k) per segment (NaN: none)
-    trace_reference: TraceReference | None = None    # TRACE: the reference's gold-answer log-probs
+    # what the estimator reads beside the tokens, typed by the part that made it: the rollout's
+    # (`RolloutResult.payload`) and a preparer's (module docstring)
+    payload: Payload = field(default_factory=Payload)
     window_index: torch.Tensor | None = None  # [B, L] long context window of each token (-1 on
                                   # the prompt), None when no episode's context was reset
 
@@ -48,9 +51,9 @@ class Batch:
         return self.input_ids.shape[0]
 
     def to(self, device: torch.device | str) -> "Batch":
-        """The same batch with every tensor (the TRACE reference's too) on `device` (no copy
-        where already)."""
-        move = lambda v: v.to(device) if isinstance(v, (torch.Tensor, TraceReference)) else v
+        """The same batch with every tensor (the payload's too) on `device` (no copy where
+        already)."""
+        move = lambda v: v.to(device) if isinstance(v, (torch.Tensor, Payload)) else v
         return Batch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
     def select(self, rows: list[int]) -> "Batch":
@@ -62,7 +65,8 @@ class Batch:
         return Batch(**kw)
 
 
-def collate(episodes: list[Episode], pad_id: int) -> Batch:
+def collate(episodes: list[Episode], pad_id: int, payload: Payload | None = None) -> Batch:
+    """The padded batch of `episodes`, carrying the rollout's `payload` for the estimator."""
     ids, mask, attn = pad_episodes(episodes, pad_id)
     windows = None
     if any(e.window_starts for e in episodes):
@@ -78,7 +82,7 @@ def collate(episodes: list[Episode], pad_id: int) -> Batch:
         segment_index=pad_field(episodes, "segment_index", -1, torch.long),
         rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float),
         group_index=torch.tensor([e.group for e in episodes], dtype=torch.long),
-        window_index=windows,
+        window_index=windows, payload=Payload() if payload is None else payload,
     )
 
 

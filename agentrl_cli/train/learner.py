@@ -17,6 +17,7 @@ import torch
 
 from .. import losses
 from ..config import RunConfig, step_seed
+from ..credit.estimators import ESTIMATORS, reads_values
 from ..errors import ConfigError
 from ..methods import METHODS
 from ..models.critic import build_critic, critic_mode, is_separate, load_head_state
@@ -134,11 +135,6 @@ def packs(learner: Learner, cfg: RunConfig) -> bool | str:
     return cfg.train.pack and can_pack(learner.model)
 
 
-# estimators that never read the critic's per-token values (`batch.old_values`): FOCUS reads
-# its critic inside the trees (`batch.tree_arrays`), so its scoring pass has no values to compute
-VALUE_FREE_ESTIMATORS = ("focus",)
-
-
 def engine_logprobs(cfg: RunConfig) -> bool:
     """Whether the update takes its old log-probs from the engine (`train.old_logprobs`, see
     its help) instead of a scoring pass: only a single-pass update, whose forward runs at the
@@ -155,13 +151,14 @@ def score(learner: Learner, batch: Batch, cfg: RunConfig, deferred: bool = False
 
     `deferred` (the trainer's loop): leave out what nothing before the update reads and the
     update does not need from here: old log-probs when `engine_logprobs(cfg)` (the update
-    fills them, see `update`), values when the estimator does not read them
-    (`VALUE_FREE_ESTIMATORS`) and no value clipping does, reference log-probs without a KL
+    fills them, see `update`), values when the estimator declared it does not read them
+    (`credit.estimators.value_free`) and no value clipping does, reference log-probs without a KL
     term. What is left out stays None; with nothing left, no forward runs."""
     B, L = batch.input_ids.shape
     want_lp = not (deferred and engine_logprobs(cfg))
     want_v = learner.critic is not None and not (
-        deferred and cfg.algo.estimator in VALUE_FREE_ESTIMATORS and not cfg.algo.value_clip)
+        deferred and not reads_values(ESTIMATORS.get(cfg.algo.estimator))
+        and not cfg.algo.value_clip)
     want_ref = learner.reference is not None and not (deferred and cfg.algo.kl_coef <= 0)
     old = torch.zeros(B, L) if want_lp else None
     vals = torch.zeros(B, L) if want_v else None

@@ -51,7 +51,7 @@ def match_tasks(run: "Run") -> None:
     the budget) and kept in the checkpoints with the base check (`run.base["matched_tasks"]`),
     so a resumed run keeps its count. Other controllers ignore the key."""
     cfg = run.cfg
-    if cfg.rollout.focus_tasks != "match" or cfg.algo.controller != "focus":
+    if cfg.rollout.focus_tasks != "match" or not CONTROLLERS.get(cfg.algo.controller).trees:
         return
     if "matched_tasks" not in run.base:
         run.base = {**run.base, "matched_tasks": run.comm.on_main(linear_step_tasks, run.rt,
@@ -302,8 +302,7 @@ def run_step(run: Run, step: int) -> dict:
     t_roll = time.time() - t0
     env_errors = env_errors_within_rate(cfg.env, eps, step)
     # 2. credit
-    batch = collate(eps, fmt.pad_id)
-    batch.tree_arrays, batch.segment_values = result.tree_arrays, result.segment_values
+    batch = collate(eps, fmt.pad_id, result.payload)   # the estimator's inputs, passed through
     score(learner, batch, cfg, deferred=True)   # what the update cannot take from its own pass
     if cfg.algo.estimator in PREPARERS:
         PREPARERS.get(cfg.algo.estimator)(learner, batch, eps, fmt, cfg)
@@ -340,7 +339,7 @@ def run_step(run: Run, step: int) -> dict:
         **reward_metrics(eps),
     }
     if cfg.context.operator != "none":
-        row["rollout/context_resets"] = sum(e.meta.get("context_resets", 0) for e in eps) / len(eps)
+        row["rollout/context_resets"] = sum(e.meta.context_resets or 0 for e in eps) / len(eps)
     if env_errors:
         row["env/first_exception"] = env_errors[0]
     row = comm.reduce_row(row, sums=("rollout/tokens", "tokens/s", "env/exceptions",
@@ -353,7 +352,7 @@ def env_errors_within_rate(env, eps: list, step: int) -> list[str]:
     """The env errors of a step's episodes (`episode.step_env`), when their share is at most
     `env.max_error_rate`; above it, a one-line `ConfigError` naming the env and the first
     error: a world that fails every episode would train to the end on reward 0."""
-    errors = [e.meta["env_error"] for e in eps if e.finish == "env_error"]
+    errors = [e.meta.env_error for e in eps if e.finish == "env_error"]
     if eps and len(errors) / len(eps) > env.max_error_rate:
         raise ConfigError(f"env '{env.name}': {len(errors)} of the {len(eps)} episodes of step "
                           f"{step} ended in an env error, above env.max_error_rate="

@@ -83,7 +83,7 @@ def fit(data: dict, cap: int) -> str:
 
 def _rows_by_path(eps: list) -> dict[int, int]:
     """FOCUS path id -> the episode's row in the step's batch."""
-    return {int(e.meta["focus_path"]): i for i, e in enumerate(eps) if "focus_path" in e.meta}
+    return {int(e.meta.focus_path): i for i, e in enumerate(eps) if e.meta.focus_path is not None}
 
 
 def _sample_rows(eps: list, groups: list[int]) -> list[int]:
@@ -121,7 +121,7 @@ def episode_json(ep, row: int, batch, text: dict[int, str], question: str = "") 
         "gold_answer": ep.answer, "model_answer": ep.model_answer, "reward": _num(ep.reward),
         "success": bool(ep.success), "finish": ep.finish, "num_tool_calls": ep.num_tool_calls,
         "generated_tokens": ep.generated_tokens, "trained_tokens": sum(mask),
-        "path": ep.meta.get("focus_path"), "origin": ep.meta.get("focus_origin"),
+        "path": ep.meta.focus_path, "origin": ep.meta.focus_origin,
         "turns": [{"start": t.start, "end": t.end, "action": t.action,
                    "observation": t.observation, "tool": t.tool, "advantage": _turn_adv(batch, row, t)}
                   for t in ep.turns],

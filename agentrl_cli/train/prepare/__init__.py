@@ -1,8 +1,10 @@
 """Batch preparers: model-dependent inputs an estimator needs beyond rewards and values.
 
 `PREPARERS` maps an estimator name to `prepare(learner, batch, episodes, fmt, cfg) -> None`,
-which fills a typed field of the batch (e.g. TRACE's reference-model log-probs of the gold answer after
-every tool-call boundary). Estimators without an entry need nothing extra.
+which adds what it computes to the batch's payload as an object of a type the estimator reads
+(`batch.payload.add(...)`, `types.Payload`; e.g. TRACE's `TraceReference`, the reference
+model's log-probs of the gold answer after every tool-call boundary). Estimators without an
+entry need nothing extra.
 """
 from __future__ import annotations
 

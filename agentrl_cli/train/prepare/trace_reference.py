@@ -18,7 +18,7 @@ and run through the reference in micro-batches of at most `train.max_tokens_per_
 padded tokens. (Prefixes of one episode share most of their tokens; reusing their KV cache
 would save compute and is left for later.)
 
-Fills `batch.trace_reference` (`credit.estimators.TraceReference`): `mean_logprobs`
+Adds to the batch's payload a `credit.estimators.TraceReference`: `mean_logprobs`
 [B, max T_b + 1] (0 beyond T_b) and `num_turns` [B] long (= number of turns, T_b + 1).
 """
 from __future__ import annotations
@@ -89,4 +89,4 @@ def prepare_trace(learner, batch, episodes: list[Episode], fmt, cfg) -> None:
     table = torch.zeros(len(episodes), max(int(num_turns.max()), 1))
     for (b, k, _, _), m in zip(rows, means):
         table[b, k] = m
-    batch.trace_reference = TraceReference(table, num_turns)
+    batch.payload.add(TraceReference(table, num_turns))
