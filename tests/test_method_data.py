@@ -16,6 +16,7 @@ from agentrl_cli import config
 from agentrl_cli.credit.estimators import (ESTIMATORS, Credit, SegmentValues, TraceReference,
                                            reads_values, value_free)
 from agentrl_cli.rollout.controllers import CONTROLLERS, Controller, linear
+from agentrl_cli.app.train import train as checked_train
 from agentrl_cli.train import loop
 from agentrl_cli.train.batch import collate, trim
 from agentrl_cli.types import Episode, EpisodeMeta, Payload
@@ -50,7 +51,7 @@ def test_a_new_method_hands_its_own_payload_through_the_loop(tmp_path, monkeypat
     monkeypatch.setitem(ESTIMATORS._items, "toy_marks", toy_estimator)
     cfg = config.load(method="grpo", sets=MICRO + ["train.steps=1", "algo.controller=toy_marks",
                                                    "algo.estimator=toy_marks"])
-    loop.train(cfg, tmp_path / "run", log=lambda s: None)
+    checked_train(cfg, tmp_path / "run", log=lambda s: None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(seen) == 1 and seen[0].values == [0.0, 1.0, 2.0, 3.0]   # 2 tasks x 2 episodes
     assert rows[-1]["step"] == 1 and rows[-1]["adv/mean"] > 0   # the estimator's advantages trained
