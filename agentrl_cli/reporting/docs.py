@@ -1,7 +1,8 @@
 """Generated documentation: the methods table (from the recipes) and the config reference (from
 the config dataclasses' docstrings). `python -m agentrl_cli.reporting.docs` rewrites
-`docs/config.md`, `docs/methods_table.md` and the table between the markers in README.md;
-`tests/test_docs.py` fails when any of them is stale."""
+`docs/config.md` (keeping its hand-written details below `DETAILS`), `docs/methods_table.md` and
+the table between the markers in README.md; `tests/test_docs.py` fails when any of them is
+stale."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +10,10 @@ from pathlib import Path
 
 BEGIN, END = "<!-- methods table: generated, see agentrl_cli/reporting/docs.py -->", "<!-- end of methods table -->"
 PARTS = ("algo.controller", "algo.estimator", "algo.loss")
+# A field doc stays a sentence or two; one that needs more ends with POINTER, and its key's
+# section under DETAILS in docs/config.md (written by hand) says the rest.
+POINTER = "Details: docs/config.md."
+DETAILS = "<!-- details: written by hand below this line; the generator keeps them -->"
 
 
 def _fmt(v) -> str:
@@ -46,8 +51,18 @@ def methods_page() -> str:
               "algo.KEY=VALUE`); [methods.md](methods.md) explains each method as implemented.\n")
 
 
-def config_page() -> str:
-    """Every config key with its default and its docstring, by section."""
+def details_anchor(key: str) -> str:
+    """The link target of a key's details heading (`### `key``), as GitHub makes it."""
+    return key.replace(".", "")
+
+
+def config_details(page: str) -> str:
+    """The hand-written details of a config page: what follows `DETAILS` ("" without it)."""
+    return page.split(DETAILS + "\n", 1)[1] if DETAILS in page else ""
+
+
+def config_page(details: str = "") -> str:
+    """Every config key with its default and its docstring, by section, then `details`."""
     from ..config import describe
 
     out = ["# Config reference", "",
@@ -66,8 +81,9 @@ def config_page() -> str:
             section = sec
             out += ["", f"## `{sec}`" if sec != "run" else "## Run", "",
                     "| key | default | meaning |", "|---|---|---|"]
+        help_ = help_.replace(POINTER, f"[Details](#{details_anchor(key)}).")
         out.append(f"| `{key}` | `{default}` | {help_.replace('|', '/')} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n\n" + DETAILS + "\n" + details
 
 
 def readme_with_table(readme: str) -> str:
@@ -81,7 +97,9 @@ def readme_with_table(readme: str) -> str:
 def write(root: Path) -> list[Path]:
     """Rewrite the generated pages under `root` (the repository); returns what changed."""
     changed = []
-    for path, text in ((root / "docs" / "config.md", config_page()),
+    config = root / "docs" / "config.md"
+    details = config_details(config.read_text()) if config.is_file() else ""
+    for path, text in ((config, config_page(details)),
                        (root / "docs" / "methods_table.md", methods_page()),
                        (root / "README.md", readme_with_table((root / "README.md").read_text()))):
         if not path.is_file() or path.read_text() != text:
