@@ -232,10 +232,10 @@ def rollout(out: str | Path, n: int = 64, *, method: str | None = None,
             raise ConfigError(f"{call}: {name} must be {' or '.join(choices)}, got {_shown(value)}")
     _expect(call, "overwrite", overwrite, (bool,), "True or False")
     _callback(call, "log", log)
-    req = RolloutRequest(Path(out), n, policy, split, group_size,
-                         Path(checkpoint) if checkpoint is not None else None, method,
-                         _env(call, env), None, model, None, None, tuple(_sets(call, sets)),
-                         seed, overwrite)
+    req = RolloutRequest(out=Path(out), n=n, policy=policy, split=split, group_size=group_size,
+                         checkpoint=Path(checkpoint) if checkpoint is not None else None,
+                         method=method, env=_env(call, env), model=model,
+                         sets=_sets(call, sets), seed=seed, overwrite=overwrite)
     return collect_rollout(req, log=log).episodes
 
 

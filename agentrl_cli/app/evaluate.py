@@ -12,20 +12,21 @@ is checked before any model loads.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..config import RunConfig, step_seed
 from ..errors import ConfigError
 from .preflight import check_eval_tasks, check_rollout_memory, load_config, load_saved_checked
+from .request import RunRequest
 
 MAX_SAMPLES = 1024                        # the most samples per task (--n) and largest --pass-k
 
 
-@dataclass
-class EvalRequest:
-    """What `agentrl eval` was asked (its options; None: not given)."""
+@dataclass(kw_only=True)
+class EvalRequest(RunRequest):
+    """What `agentrl eval` was asked beyond a run's config (None: not given)."""
 
     pass_k: int | None = None
     n: int | None = None
@@ -33,13 +34,6 @@ class EvalRequest:
     checkpoint: Path | None = None
     json_path: Path | None = None
     greedy: bool = False
-    env: str | None = None
-    benchmark: str | None = None
-    model: str | None = None
-    engine: str | None = None
-    config: Path | None = None
-    sets: list[str] = field(default_factory=list)
-    seed: int | None = None
     allow_env_change: bool = False        # the run's env file may differ from what it recorded
 
 

@@ -27,6 +27,7 @@ from ..rollout.runner import run_episodes, run_expert
 from ..rollout.runtime import build_runtime
 from ..train import checkpoint
 from ..train.learner import initial_critic
+from .request import RunRequest
 
 
 def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int | None = None,
@@ -68,9 +69,9 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int |
     return result.episodes, result.trees, budget
 
 
-@dataclass
-class RolloutRequest:
-    """What `agentrl rollout` was asked (its options; None: not given)."""
+@dataclass(kw_only=True)
+class RolloutRequest(RunRequest):
+    """What `agentrl rollout` was asked beyond a run's config (None: not given)."""
 
     out: Path
     n: int
@@ -78,14 +79,6 @@ class RolloutRequest:
     split: str = "eval"
     group_size: int | None = None
     checkpoint: Path | None = None
-    method: str | None = None
-    env: str | None = None
-    benchmark: str | None = None
-    model: str | None = None
-    engine: str | None = None
-    config: Path | None = None
-    sets: tuple[str, ...] = ()
-    seed: int | None = None
     overwrite: bool = False
 
 
@@ -114,7 +107,7 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
     if req.checkpoint is not None:
         from ..train.checkpoint import find
         model = str(find(req.checkpoint, log=log))
-    cfg = load_config(req.config, list(req.sets), benchmark=req.benchmark, method=req.method,
+    cfg = load_config(req.config, req.sets, benchmark=req.benchmark, method=req.method,
                       env=req.env, model=model, engine=req.engine, seed=req.seed)
     if req.policy == "expert":
         from ..envs.base import has_expert, make_env_spec
