@@ -24,6 +24,7 @@ def eval_cmd(
     allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="With --checkpoint of a run: evaluate although the run's env file changed since the run recorded its sha256 (the change is recorded in the run folder's env-changes.log).")] = False,
 ):
     """Evaluate pass@k, pass^k, mean@1 and tokens per question on the held-out set the trainer checks. Example: agentrl eval --checkpoint runs/x"""
+    # deferred: CLI start-up
     from ..reporting.live import eval_table
     from ..app.evaluate import EvalRequest, eval_checkpoint
 
@@ -53,6 +54,7 @@ class _Progress:
 
     def update(self, done: int, total: int) -> None:
         if self.bar is None and self.console.is_terminal:
+            # deferred: CLI start-up
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
             self.bar = Progress("episodes", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

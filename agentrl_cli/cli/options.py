@@ -2,6 +2,7 @@
 declares once) and the one-line error handling."""
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import os
@@ -53,8 +54,6 @@ def run_options(fn=None, *, without: tuple[str, ...] = ()):
 
 def disk_full(e: OSError) -> bool:
     """True when `e` is a write that found the disk or the user's quota full."""
-    import errno
-
     return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -67,7 +66,9 @@ def user_errors(fn=None, *, interrupted: str = "interrupted"):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        # deferred: CLI start-up
         from ..errors import ConfigError
+        # deferred: CLI start-up
         from ..registry import RegistryError
 
         try:

@@ -1,6 +1,7 @@
 """agentrl rollout"""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,6 +28,7 @@ def rollout_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the --out file if it exists.")] = False,
 ):
     """Roll out episodes and write them as JSONL. Plain (linear) episodes unless --method names a tree method (focus: one search tree per task). Example: agentrl rollout --env search --n 64 --out eps.jsonl"""
+    # deferred: CLI start-up
     from ..app.rollout import RolloutRequest, collect_rollout
 
     say = lambda m: Console().print(m, highlight=False)  # noqa: E731
@@ -48,8 +50,6 @@ def _report(cfg, policy: str, out: Path, eps, trees, budget) -> None:
               f"{sum(e.generated_tokens for e in eps) / m:.1f}")
     Console().print(t)
     if trees is not None:
-        from collections import Counter
-
         launched = Counter(nd.depth for tr in trees for nd in tr.nodes for _ in range(nd.launched))
         total = sum(launched.values())
         by_depth = ", ".join(f"depth {d}: {launched[d]}" for d in sorted(launched)) or "none"

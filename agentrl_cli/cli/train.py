@@ -27,6 +27,7 @@ def train_cmd(
     reward: Annotated[Optional[list[str]], typer.Option("--reward", help="A reward function of the episode, [NAME=]FILE.py:fn[:WEIGHT] or module:fn[:WEIGHT] (repeatable; --set algo.rewards=[...]): added to the env's reward (--set algo.reward_mode=replace: instead of it), logged as reward/NAME (docs/rewards.md).")] = None,
 ):
     """Train an agent. Example: agentrl train --method focus --seed 0 --set train.steps=40"""
+    # deferred: CLI start-up
     from ..reporting.live import TrainProgress, summary_table
     from ..app.train import TrainRequest, launch
 

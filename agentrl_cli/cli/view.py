@@ -20,6 +20,7 @@ def view_cmd(
     episode: Annotated[Optional[int], typer.Option("--episode", help="With --text: print the step's K-th traced episode, turn by turn.")] = None,
 ):
     """See what the agent did: a self-contained HTML report (learning curves, FOCUS trees, episodes with the tokens each loss trains on, the critic) that opens from disk. Example: agentrl view runs/f0"""
+    # deferred: CLI start-up
     from ..errors import ConfigError
 
     if not folder.is_dir():
@@ -29,10 +30,12 @@ def view_cmd(
     if not text and (step, tree, episode) != (None, None, None):
         raise ConfigError("--step, --tree and --episode choose what --text prints; add --text")
     if text:
+        # deferred: CLI start-up
         from ..reporting.trace_text import text_view
 
         print(text_view(folder, step, tree, episode))
         return
+    # deferred: CLI start-up
     from ..reporting.view import printable, write_report
     from ..train.run_folder import check_output_file
 

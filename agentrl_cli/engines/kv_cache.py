@@ -11,14 +11,13 @@ row of the buffers (a quarter more rows, at least 8, when full).
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 
 
 @functools.lru_cache(maxsize=None)
 def _cache_name(model_cls: type) -> str:
-    import inspect
-
     params = inspect.signature(model_cls.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
@@ -90,6 +89,7 @@ def in_buffers(layer) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def growing_layer_class():
+    # deferred: transformers takes seconds to import
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
@@ -112,6 +112,7 @@ def growing_layer_class():
 def growing_cache(config):
     """A `DynamicCache` whose plain (full-attention) layers grow in place; other layer kinds
     (sliding windows) keep transformers' own update."""
+    # deferred: transformers takes seconds to import
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
