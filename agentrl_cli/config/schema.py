@@ -262,6 +262,8 @@ class TrainConfig:
     """Checkpoint every N steps (0: only at the end). May change on --resume."""
     trace_every: int = 10
     """Keep a sample of the step's episodes and FOCUS trees every N steps, at step 1 and at the last step, in <run>/traces/step-NNNNNN.json, for `agentrl view` (at most 300 KB a step: the first 4 trees and up to 12 of their episodes, every token with its response mask and advantage; docs/traces.md); 0: off. May change on --resume."""
+    on_step_timeout_s: float = 600.0
+    """The Python API's step callback (`on_step`) must return within this many seconds, else the run stops with one line naming it (0: no limit). May change on --resume."""
     log: str = ""
     """Metric sinks besides metrics.jsonl, comma-separated: tensorboard (<run>/tensorboard/, needs the `tensorboard` extra) | wandb (mode from WANDB_MODE, e.g. offline); empty: none. May change on --resume."""
 
