@@ -120,3 +120,26 @@ def test_a_step_callback_that_exits_is_one_line_naming_it(tmp_path):
     assert "\n" not in msg and "the step callback" in msg and "leave" in msg
     assert f"test_api_strict.py:{leave.__code__.co_firstlineno}" in msg and "at step 1" in msg
     assert "user code must not end the process" in msg
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("raise ValueError('bad row')", "raised ValueError: bad row"),
+    ("time.sleep(30)", "did not return within 0.5 s (train.on_step_timeout_s"),
+])
+def test_a_failing_or_hung_step_callback_is_one_line_naming_it(tmp_path, body, needle):
+    """The step callback runs under the guard all user code runs under: an exception or a
+    callback past `train.on_step_timeout_s` stops the run with one line naming the callback,
+    its file and the step, not a traceback from inside the trainer or a hang."""
+    import time  # noqa: F401  (the hung callback's body uses it)
+
+    src = f"def cb(step, metrics):\n    {body}\n"
+    scope = {"time": time}
+    exec(compile(src, str(tmp_path / "callback.py"), "exec"), scope)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        api.train(api.load_config(sets=[*MICRO, "train.steps=2", "train.on_step_timeout_s=0.5"]),
+                  tmp_path / "run", on_step=scope["cb"], log=lambda s: None)
+    msg = str(e.value)
+    assert "\n" not in msg and "the step callback cb at step 1" in msg, msg
+    assert "callback.py:1" in msg and needle in msg, msg
+    assert time.monotonic() - t0 < 25           # the hung one did not hold the run for 30 s

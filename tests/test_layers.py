@@ -422,3 +422,13 @@ def test_the_handoff_and_name_set_checks_find_them(tmp_path):
                    'def f(batch):\n    return batch.extras["focus_trees"]\n')
     assert string_keyed_handoffs({"bad": bad}) == ["bad:4"]
     assert controller_name_sets({"bad": bad}, {"focus", "vine", "linear"}) == ["bad:1"]
+
+
+def test_only_the_application_floor_calls_the_trainer():
+    """The trainer (`train.loop`) is started from one place, `app.train` (behind the checks
+    every command runs before any work): `ablate`, `diagnostics`, `cli` and `api` call the
+    floor, never the loop."""
+    edges = import_edges(ROOT)
+    callers = sorted(m for m, targets in edges.items()
+                     if "agentrl_cli.train.loop" in targets and not m.startswith("agentrl_cli.train."))
+    assert callers == ["agentrl_cli.app.train"]

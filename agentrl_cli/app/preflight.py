@@ -4,7 +4,7 @@ it runs), a hub model is there, the prompts and the rows in flight fit.
 `config` knows values, not plugins; the registries live with the plugins (envs, engines,
 estimators, losses, controllers, FOCUS allocators and gains, context operators), so the names
 are checked here, above all of them: by the CLI and by `ablate` right after a config is loaded
-(`load_checked`, `load_saved_checked`), and by `train.loop.train` first thing (a typo fails in
+(`load_checked`, `load_saved_checked`), and by `app.train.train` first thing (a typo fails in
 under a second, before a model is loaded or a run folder written).
 """
 from __future__ import annotations

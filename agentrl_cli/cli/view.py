@@ -21,26 +21,13 @@ def view_cmd(
 ):
     """See what the agent did: a self-contained HTML report (learning curves, FOCUS trees, episodes with the tokens each loss trains on, the critic) that opens from disk. Example: agentrl view runs/f0"""
     # deferred: CLI start-up
-    from ..errors import ConfigError
+    from ..app.view import view
+    from ..reporting.view import printable
 
-    if not folder.is_dir():
-        raise ConfigError(f"{folder} is not a folder; give a run folder or an agentrl ablate folder")
-    if tree is not None and episode is not None:
-        raise ConfigError("give --tree or --episode, not both")
-    if not text and (step, tree, episode) != (None, None, None):
-        raise ConfigError("--step, --tree and --episode choose what --text prints; add --text")
+    report = view(folder, out, text, step, tree, episode)
     if text:
-        # deferred: CLI start-up
-        from ..reporting.trace_text import text_view
-
-        print(text_view(folder, step, tree, episode))
+        print(report)
         return
-    # deferred: CLI start-up
-    from ..reporting.view import printable, write_report
-    from ..train.run_folder import check_output_file
-
-    check_output_file(out if out is not None else folder / "report.html")
-    report = write_report(folder, out)
     console = Console()
     console.print(f"wrote {report.path} ({report.size / 1e6:.2f} MB): open it in a browser "
                   "(no network needed)", highlight=False, markup=False)

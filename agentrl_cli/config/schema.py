@@ -335,6 +335,9 @@ class TrainConfig:
     trace_every: int = 10
     """Keep a sample of the step's episodes and trees every N steps, at step 1 and at the last, for
     `agentrl view` (0: off). Details: docs/config.md."""
+    on_step_timeout_s: float = 600.0
+    """The Python API's step callback (`on_step`) must return within this many seconds, else the
+    run stops with one line naming it (0: no limit). May change on --resume."""
     log: str = ""
     """Metric sinks besides metrics.jsonl, comma-separated: tensorboard (<run>/tensorboard/, needs
     the `tensorboard` extra) | wandb (mode from WANDB_MODE, e.g. offline); empty: none. May change

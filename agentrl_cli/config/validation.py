@@ -243,7 +243,7 @@ def check_model_folder(key: str, path: str) -> None:
 # --method/--env/--seed/--config/--model/--benchmark/--engine, would make the resumed run a
 # different run, so a resume refuses them (`resume_changes`).
 RESUME_KEYS = ("train.steps", "train.eval_every", "train.save_every", "train.trace_every",
-               "train.log", "rollout.workers", "rollout.ray_address")
+               "train.log", "train.on_step_timeout_s", "rollout.workers", "rollout.ray_address")
 
 
 def resume_changes(saved: RunConfig, resumed: RunConfig) -> dict[str, list]:

@@ -189,15 +189,20 @@ EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)   # what user code must n
 
 
 def call_user(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout_s: float,
-              what: str) -> Any:
+              what: str, passes: tuple[type[BaseException], ...] = (),
+              timeout_key: str = "env.step_timeout_s") -> Any:
     """`fn(*args, **kwargs)`, the user's code (the module docstring), under `timeout_s` (0:
     none): an exception, an exit or a timeout is a `UserCodeError` "`what` (FILE:LINE) ...";
-    `what` names the function and where it ran (the task)."""
+    `what` names the function and where it ran (the task). Exceptions of `passes` (a signal
+    the caller expects, e.g. `StopTraining`) are raised unchanged; `timeout_key` is the key
+    the timeout line names."""
     try:
         return call_with_timeout(lambda a: fn(*a[0], **a[1]), (args, kwargs), timeout_s)
     except StepTimeout as e:
-        raise UserCodeError(f"{what} ({defined_in(fn)}) {e} (env.step_timeout_s; the run "
+        raise UserCodeError(f"{what} ({defined_in(fn)}) {e} ({timeout_key}; the run "
                             "stops: a hung call cannot be interrupted)") from None
+    except passes:
+        raise
     except EXITS as e:
         raise UserCodeError(f"{what} ({defined_in(fn)}) raised {_one_line(e)}: user code "
                             "must not end the process") from None

@@ -402,6 +402,7 @@ LONG, COMPACTION = "search-long-200", "search-long-compaction"
 EXPECT = (("`search`, the main command", MAIN, "focus"), ("`search-long`", LONG, "focus-0-5"),
           ("`search-long-compaction`", COMPACTION, "focus"), ("`math`", "families-math", "focus"),
           ("`math`, tuned alike, GRPO's task count", "verdict-math", "focus"),
+          ("`search`, tuned alike, GRPO's task count", "verdict-search", "focus"),
           ("`rules`", "families-rules", "focus"), ("`locate`", "families-locate", "focus"),
           ("`allocation-early`", "allocation-early", "focus"),
           ("`allocation-late`", "allocation-late", "focus"))
@@ -628,6 +629,7 @@ QUOTES = (
      "branching (`algo.focus_allocator=entropy`) is behind ({allocation-ladder:focus-entropy:vs_ref})"),
     ("docs/methods.md", "tokens per step at its budget of {methods-search:budget}"),
     ("docs/methods.md", "FOCUS is still behind by {verdict-math:focus:vs_ref} points (six seeds"),
+    ("docs/methods.md", "on `search` it is ahead by {verdict-search:focus:vs_ref} points (six seeds"),
     ("docs/envs.md", "budget ({search-long-200:budget} generated tokens"),
 )
 

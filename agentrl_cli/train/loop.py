@@ -23,7 +23,7 @@ import torch
 from ..config import RunConfig, step_seed
 from ..credit.estimators import ESTIMATORS
 from ..envs.checker import require_determinism, require_fork
-from ..envs.guard import UserCodeError, defined_in
+from ..envs.guard import call_user
 from ..errors import ConfigError, StopTraining
 from ..evaluation.runner import evaluate
 from ..models.critic import critic_config
@@ -168,7 +168,7 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
             run.metrics.write(row)
         if progress:
             progress.update(step, row)    # `eval/success` only where a check ran
-        stop = on_step is not None and stop_asked(on_step, step, row)
+        stop = on_step is not None and stop_asked(on_step, step, row, cfg.train.on_step_timeout_s)
         if comm.is_main and (cfg.train.save_every and step % cfg.train.save_every == 0
                              or step == cfg.train.steps or stop):
             save(run, step)
@@ -181,19 +181,20 @@ def _train(cfg: RunConfig, out: Path, resume: str | None, log, progress, comm, t
     return finish(run, t_start)
 
 
-def stop_asked(on_step: Callable[[int, dict], object], step: int, row: dict) -> bool:
-    """Whether the step callback asks to stop: it returned False or raised StopTraining. A
-    callback that exits (`sys.exit`) is one line naming it, as any user code that would end
-    the process is (`envs.guard`); its other exceptions stop the run as a crash would."""
+def stop_asked(on_step: Callable[[int, dict], object], step: int, row: dict,
+               timeout_s: float = 0.0) -> bool:
+    """Whether the step callback asks to stop: it returned False or raised StopTraining. It
+    runs under the guard every piece of user code runs under (`envs.guard.call_user`): within
+    `timeout_s` (`train.on_step_timeout_s`; 0: no limit), and an exit (`sys.exit`), any other
+    exception or a timeout is one line naming it, its file and the step, and the run stops
+    there (a resume starts from the last checkpoint)."""
+    name = getattr(on_step, "__qualname__", type(on_step).__name__)
     try:
-        return on_step(step, dict(row)) is False
+        return call_user(on_step, (step, dict(row)), {}, timeout_s,
+                         f"the step callback {name} at step {step}", passes=(StopTraining,),
+                         timeout_key="train.on_step_timeout_s") is False
     except StopTraining:
         return True
-    except SystemExit as e:
-        name = getattr(on_step, "__qualname__", type(on_step).__name__)
-        raise UserCodeError(f"the step callback {name} ({defined_in(on_step)}) at step {step} "
-                            f"raised SystemExit: {e.code}: user code must not end the process; "
-                            "return False or raise StopTraining to stop the run") from e
 
 
 def open_run(cfg: RunConfig, out: Path, resume: str | None, log, comm: Local, ready,
