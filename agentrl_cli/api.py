@@ -16,7 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from .app.evaluate import EvalRequest, eval_checkpoint
+from .app.preflight import load_checked, load_config as command_config
+from .app.rollout import RolloutRequest, collect_rollout
+from .app.train import TrainRequest, launch
 from .config import RunConfig, build, flatten
+from .envs.env_server import EnvServer, serve_in_thread
 from .envs.plugins import object_spec
 from .errors import ConfigError
 from .types import Episode
@@ -119,8 +124,6 @@ def load_config(config: str | Path | None = None, sets: Mapping[str, Any] | Sequ
     (`--env`) or a Python factory, env spec or env class, `rewards` reward functions (one or a
     list: Python functions, `--reward`'s "file.py:fn[:weight]" strings, or {"fn", "weight",
     "name"} mappings); the other arguments are the command's options."""
-    from .app.preflight import load_config as command_config
-
     call = "load_config"
     _expect(call, "config", config, PathLike, "a YAML file's path")
     _options(call, method=method, benchmark=benchmark, model=model, engine=engine, seed=seed)
@@ -152,8 +155,6 @@ def train(cfg: RunConfig, out: str | Path | None = None, *,
     -> the run's summary (summary.json) with `out`. `on_step(step, metrics)` is called after
     each step with its metrics.jsonl row; returning False or raising `errors.StopTraining`
     ends the run there with a checkpoint of that step (`resume` continues it)."""
-    from .app.train import TrainRequest, launch
-
     cfg = _run_config(cfg)
     _expect("train", "out", out, PathLike, "a folder's path")
     _expect("train", "overwrite", overwrite, (bool,), "True or False")
@@ -171,8 +172,6 @@ def resume(run: str | Path, steps: int | None = None, *,
     """Continue a run folder from its newest checkpoint (`agentrl train --resume RUN`), to
     `steps` steps in all when given -> its summary with `out`, or None when it had already run
     its steps."""
-    from .app.train import TrainRequest, launch
-
     _expect("resume", "run", run, PathLike, "a run folder's path")
     if run is None:
         raise ConfigError("resume: run expects a run folder's path, got None")
@@ -192,8 +191,6 @@ def evaluate(checkpoint: str | Path | None = None, *, model: str | None = None,
     """A held-out evaluation (`agentrl eval`) of a run's checkpoint (`<run>/checkpoints/step-N`,
     or the run folder: its newest) with the run's own settings, or of `model` -> the results:
     `mean@1`, `mean@1_se`, `pass@k`, `pass^k`, `tokens_per_question`, `tool_calls`, ..."""
-    from .app.evaluate import EvalRequest, eval_checkpoint
-
     call = "evaluate"
     _expect(call, "checkpoint", checkpoint, PathLike, "a checkpoint's or run folder's path")
     for name, value in (("tasks", tasks), ("n", n), ("pass_k", pass_k)):
@@ -216,8 +213,6 @@ def rollout(out: str | Path, n: int = 64, *, method: str | None = None,
     """Roll out episodes (`agentrl rollout`) and write them to the JSONL file `out` -> the
     episodes (`types.Episode`); with `method` naming a tree method (focus), one tree per
     task."""
-    from .app.rollout import RolloutRequest, collect_rollout
-
     call = "rollout"
     _expect(call, "out", out, PathLike, "a JSONL file's path")
     if out is None:
@@ -232,10 +227,10 @@ def rollout(out: str | Path, n: int = 64, *, method: str | None = None,
             raise ConfigError(f"{call}: {name} must be {' or '.join(choices)}, got {_shown(value)}")
     _expect(call, "overwrite", overwrite, (bool,), "True or False")
     _callback(call, "log", log)
-    req = RolloutRequest(Path(out), n, policy, split, group_size,
-                         Path(checkpoint) if checkpoint is not None else None, method,
-                         _env(call, env), None, model, None, None, tuple(_sets(call, sets)),
-                         seed, overwrite)
+    req = RolloutRequest(out=Path(out), n=n, policy=policy, split=split, group_size=group_size,
+                         checkpoint=Path(checkpoint) if checkpoint is not None else None,
+                         method=method, env=_env(call, env), model=model,
+                         sets=_sets(call, sets), seed=seed, overwrite=overwrite)
     return collect_rollout(req, log=log).episodes
 
 
@@ -245,9 +240,6 @@ def serve_env(env: str, port: int = 0, *, host: str = "127.0.0.1",
     """Serve `env` over HTTP (`agentrl serve-env`) on a background thread of this process ->
     the running server: its `url` (give it as `env=` to `load_config`), `close()`; a context
     manager. `port` 0 picks a free one."""
-    from .envs.env_server import EnvServer, serve_in_thread
-    from .app.preflight import load_checked
-
     cfg = load_checked(None, _sets(sets, None), **{"env.name": env})
     return serve_in_thread(EnvServer(cfg.env, max_episodes=max_episodes,
                                      max_snapshots=max_snapshots), host, port)

@@ -26,7 +26,7 @@ import torch
 
 from agentrl_cli.engines.base import SamplingParams
 from agentrl_cli.engines.hf import HFEngine
-from agentrl_cli.engines.kv_batch import cache_arg
+from agentrl_cli.engines.kv_cache import cache_arg
 from agentrl_cli.models.tiny import TinyRecipe, make_model, tiny_path
 
 

@@ -137,6 +137,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
             return None
 
     kv_batch = optional("agentrl_cli.engines.kv_batch") or optional("agentrl_cli.engines.hf")
+    kv_ragged = optional("agentrl_cli.engines.kv_ragged") or kv_batch
 
     drivers = [m for m in map(optional, ("agentrl_cli.rollout.focus", "agentrl_cli.rollout.executors",
                                          "agentrl_cli.rollout.token_loop")) if m is not None]
@@ -169,7 +170,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
             if getattr(kv, "ragged", False):   # no holes: a forward attends its longest row
                 if len(a) == 3 and computed:       # fed rows filling their block run as it
                     lo, hi = min(computed), max(computed) + 1
-                    if len(computed) >= getattr(kv_batch, "BLOCK_SHARE", 2.0) * (hi - lo):
+                    if len(computed) >= getattr(kv_ragged, "BLOCK_SHARE", 2.0) * (hi - lo):
                         computed = range(lo, hi)
                 width = max((int(kv.lengths[r]) for r in computed), default=0)
             else:
@@ -192,7 +193,7 @@ def _split_rollout(parts: dict, count: dict) -> None:
             return branch(*a, **kw)
         planner.FocusPlanner.branch = branched
 
-    for cls in (kv_batch.KVBatch, getattr(kv_batch, "RaggedKVBatch", None)):    # each layout's own methods
+    for cls in (kv_batch.KVBatch, getattr(kv_ragged, "RaggedKVBatch", None)):    # each layout's own methods
         if cls is None:
             continue
         for name in ("_forward", "_forward_rows"):

@@ -71,7 +71,8 @@ def test_the_api_calls_the_commands_library_functions(tmp_path, monkeypatch):
         seen["req"], seen["on_step"] = req, on_step
         return tmp_path, {"steps": 0}
 
-    monkeypatch.setattr(launch_module, "launch", fake)
+    assert api.launch is launch_module.launch
+    monkeypatch.setattr(api, "launch", fake)           # app.train.launch, as the API calls it
     cfg = api.load_config(method="grpo", sets=MICRO)
     cb = lambda s, m: None  # noqa: E731
     out = api.train(cfg, tmp_path / "x", on_step=cb)

@@ -15,7 +15,7 @@ from conftest import MICRO
 
 from agentrl_cli import config
 from agentrl_cli.errors import ConfigError
-from agentrl_cli.engines.kv_batch import cache_arg
+from agentrl_cli.engines.kv_cache import cache_arg
 from agentrl_cli.models import attention as A
 
 TOL = dict(atol=1e-5, rtol=1e-5)

@@ -74,7 +74,8 @@ def test_nothing_cites_a_design_document_the_repository_lacks():
 def test_generated_pages_are_current():
     """`python -m agentrl_cli.reporting.docs` rewrites these; run it after changing a recipe
     or a config field's docstring."""
-    assert (ROOT / "docs" / "config.md").read_text() == docs.config_page()
+    config = (ROOT / "docs" / "config.md").read_text()
+    assert config == docs.config_page(docs.config_details(config))
     assert (ROOT / "docs" / "methods_table.md").read_text() == docs.methods_page()
     readme = (ROOT / "README.md").read_text()
     assert docs.readme_with_table(readme) == readme
@@ -86,6 +87,52 @@ def test_config_reference_lists_every_key_with_its_docstring():
     page = docs.config_page()
     for key, default, help_ in describe():
         assert f"| `{key}` | `{default}` |" in page and help_, key
+
+
+FIELD_DOC_CHARS = 200          # a field doc is a sentence or two; the rest goes to the details
+
+
+def split_doc_problems(rows: list[tuple[str, str]], page: str) -> list[str]:
+    """What breaks the split between a config field's short doc (`rows`: key, doc) and its
+    explanation in the config page's details: a doc over FIELD_DOC_CHARS, a doc pointing at
+    details its key lacks, a details section no doc points at or no longer than the doc."""
+    found = dict(re.findall(r"^### `([^`]+)`\n\n(.+?)(?=\n### |\Z)", docs.config_details(page),
+                            re.S | re.M))
+    pointed = {k for k, doc in rows if doc.endswith(docs.POINTER)}
+    problems = [f"{k}: {len(doc)} characters" for k, doc in rows if len(doc) > FIELD_DOC_CHARS]
+    problems += [f"{k}: no details" for k in sorted(pointed - found.keys())]
+    problems += [f"{k}: details without a pointer" for k in sorted(found.keys() - pointed)]
+    docs_of = dict(rows)
+    problems += [f"{k}: details no longer than the doc" for k in sorted(found.keys() & pointed)
+                 if len(found[k].strip()) <= len(docs_of[k])]
+    return problems
+
+
+def _field_docs() -> list[tuple[str, str]]:
+    from agentrl_cli.config import describe
+    from agentrl_cli.config.schema import CAPS
+
+    return [(k, h.removesuffix(f" At most {CAPS[k]:,}.") if k in CAPS else h)
+            for k, _, h in describe()]
+
+
+def test_config_field_docs_are_short_and_their_details_are_in_the_reference():
+    page = (ROOT / "docs" / "config.md").read_text()
+    assert not split_doc_problems(_field_docs(), page)
+    assert sum(doc.endswith(docs.POINTER) for _, doc in _field_docs()) >= 30
+
+
+def test_the_split_check_finds_a_long_doc_and_a_lost_explanation():
+    page = (ROOT / "docs" / "config.md").read_text()
+    rows = _field_docs()
+    key, doc = next((k, d) for k, d in rows if d.endswith(docs.POINTER))
+    long = [(k, d.replace(docs.POINTER, "More. " * 40 + docs.POINTER) if k == key else d)
+            for k, d in rows]
+    assert f"{key}: {len(doc) + 240} characters" in split_doc_problems(long, page)
+    lost = re.sub(rf"### `{re.escape(key)}`\n\n.+?\n(?=### )", "", page, flags=re.S)
+    assert split_doc_problems(rows, lost) == [f"{key}: no details"]
+    unpointed = [(k, d.removesuffix(" " + docs.POINTER) if k == key else d) for k, d in rows]
+    assert split_doc_problems(unpointed, page) == [f"{key}: details without a pointer"]
 
 
 def test_results_name_their_commands():

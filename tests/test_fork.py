@@ -7,7 +7,8 @@ import torch
 
 import pytest
 
-from agentrl_cli.engines.kv_batch import KVBatch, RaggedKVBatch
+from agentrl_cli.engines.kv_batch import KVBatch
+from agentrl_cli.engines.kv_ragged import RaggedKVBatch
 from agentrl_cli.engines.sampling import sample_rows
 from agentrl_cli.engines.base import SamplingParams
 
@@ -161,7 +162,7 @@ def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch, 
     masked hole) must be written first. Poisoning fresh buffers with NaN must leave a FOCUS
     step with forks, parked rows, compaction and sub-batch forwards exactly as it was."""
     from agentrl_cli import config
-    from agentrl_cli.engines import hf, kv_batch
+    from agentrl_cli.engines import hf, kv_batch, kv_cache, kv_ragged
     from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
     from conftest import MICRO, random_value_head
 
@@ -181,8 +182,9 @@ def test_cache_buffers_are_never_read_before_written(micro_policy, monkeypatch, 
 
     ref = step()
     assert ref.metrics["focus/continuations"] > 0
-    real = kv_batch._buffer
-    monkeypatch.setattr(kv_batch, "_buffer", lambda *a: real(*a).fill_(float("nan")))
+    real = kv_cache.new_buffer
+    for module in (kv_cache, kv_batch, kv_ragged):        # each module that allocates buffers
+        monkeypatch.setattr(module, "new_buffer", lambda *a: real(*a).fill_(float("nan")))
     poisoned = step()
     assert [e.token_ids for e in poisoned.episodes] == [e.token_ids for e in ref.episodes]
     assert all(math.isfinite(x) for e in poisoned.episodes for x in e.logprobs)
@@ -240,7 +242,7 @@ def test_a_pack_within_the_buffers_room_moves_in_place_and_stays_exact(micro_pol
 
 def test_the_engine_picks_the_ragged_layout_for_full_attention_models(micro_policy):
     from agentrl_cli.engines.hf import HFEngine
-    from agentrl_cli.engines.kv_batch import ragged_layout_fits
+    from agentrl_cli.engines.kv_ragged import ragged_layout_fits
 
     model, tok, fmt, spec = micro_policy
     assert ragged_layout_fits(model.config)
@@ -298,8 +300,6 @@ def test_rows_that_fill_their_block_run_in_place_and_swaps_keep_every_row_exact(
     """Fed rows that fill most of the rows they span run as that block, in place (the others
     in it computed, not kept): the model sees the block's widest row; `swap` exchanges rows
     whole. Every row's logits stay exact through both."""
-    from agentrl_cli.engines import kv_batch
-
     model, tok, fmt, spec = micro_policy
     kv = RaggedKVBatch(model, 5, fmt.pad_id)
     seqs = [list(range(10, 14)), list(range(20, 29)), list(range(30, 46)), list(range(50, 56)),
@@ -307,7 +307,7 @@ def test_rows_that_fill_their_block_run_in_place_and_swaps_keep_every_row_exact(
     for r in range(5):
         kv.extend([seqs[r] if q == r else None for q in range(5)], only_fed=True)
     blocks, widths = [], []
-    real_block, real_forward = kv_batch.RaggedKVBatch._forward_block, model.forward
+    real_block, real_forward = RaggedKVBatch._forward_block, model.forward
 
     def spy_block(self, a, b, rows, chunks):
         blocks.append((a, b))
@@ -317,11 +317,11 @@ def test_rows_that_fill_their_block_run_in_place_and_swaps_keep_every_row_exact(
         widths.append(kwargs["attention_mask"].shape[-1])
         return real_forward(*args, **kwargs)
 
-    kv_batch.RaggedKVBatch._forward_block, model.forward = spy_block, spy
+    RaggedKVBatch._forward_block, model.forward = spy_block, spy
     try:
         kv.extend([None, [1], None, [2], None], only_fed=True)   # rows 1 and 3 of the block 1..3
     finally:
-        kv_batch.RaggedKVBatch._forward_block, model.forward = real_block, real_forward
+        RaggedKVBatch._forward_block, model.forward = real_block, real_forward
     assert blocks == [(1, 4)] and widths == [len(seqs[2]) + 1]
     seqs[1], seqs[3] = seqs[1] + [1], seqs[3] + [2]
     for r in (1, 3):
@@ -342,7 +342,7 @@ def test_a_tree_rollout_keeps_its_running_rows_together(micro_policy, monkeypatc
     path swaps into a row a finished one left, or after the block), so their forwards run as
     one block; the step's episodes are those of the gather path (no blocks)."""
     from agentrl_cli import config
-    from agentrl_cli.engines import hf, kv_batch
+    from agentrl_cli.engines import hf, kv_ragged
     from agentrl_cli.rollout import token_loop
     from agentrl_cli.rollout.controllers import CONTROLLERS, RolloutContext
     from conftest import MICRO, random_value_head
@@ -370,6 +370,6 @@ def test_a_tree_rollout_keeps_its_running_rows_together(micro_policy, monkeypatc
     together = step()
     assert seen and all(seen) and together.metrics["focus/continuations"] > 0
     monkeypatch.setattr(token_loop.TokenLoop, "tick", real_tick)
-    monkeypatch.setattr(kv_batch, "BLOCK_SHARE", 2.0)             # never a block: every sub-batch gathered
+    monkeypatch.setattr(kv_ragged, "BLOCK_SHARE", 2.0)             # never a block: every sub-batch gathered
     apart = step()
     assert [e.token_ids for e in together.episodes] == [e.token_ids for e in apart.episodes]

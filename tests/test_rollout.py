@@ -133,7 +133,7 @@ def test_random_policy_and_broken_env_never_crash(micro_policy):
 def test_cache_keyword_follows_the_model_signature():
     """transformers before 5.2x names the KV cache `past_key_values` and swallows an unknown
     `cache=` in **kwargs (each decode step then sees only its new token): pick by signature."""
-    from agentrl_cli.engines.kv_batch import cache_arg
+    from agentrl_cli.engines.kv_cache import cache_arg
 
     class Old:
         def forward(self, input_ids=None, past_key_values=None, **kwargs): ...

@@ -83,6 +83,7 @@ def _no_work(monkeypatch):
     """Fail the test if a command loads a model or evaluates (the check came too late)."""
     def boom(*a, **k):
         raise AssertionError("work started before the mistake was reported")
+    import agentrl_cli.app.evaluate as ae
     import agentrl_cli.app.rollout as ar
     import agentrl_cli.evaluation.runner as er
     import agentrl_cli.models.loading as ml
@@ -90,7 +91,8 @@ def _no_work(monkeypatch):
 
     monkeypatch.setattr(loop, "open_runtime", boom)
     monkeypatch.setattr(ml, "load_policy", boom)
-    monkeypatch.setattr(er, "run_eval", boom)
+    for where in (er, ae):                # `agentrl eval` calls it by its own name
+        monkeypatch.setattr(where, "run_eval", boom)
     for where in (rr, ar):                # `agentrl rollout` calls them by its own names
         monkeypatch.setattr(where, "run_expert", boom)
         monkeypatch.setattr(where, "run_episodes", boom)

@@ -46,11 +46,10 @@ def run(tmp_path_factory) -> Path:
     (["--n", "5000"], "--n 5000 is above the most samples per task, 1024"),
 ])
 def test_eval_bounds_samples_before_any_work(args, needle, monkeypatch):
-    import agentrl_cli.evaluation.runner as er
-    import agentrl_cli.app.tiny_build as tb
+    import agentrl_cli.app.evaluate as ae           # the names `agentrl eval` calls
 
-    monkeypatch.setattr(er, "run_eval", lambda *a, **k: pytest.fail("evaluated"))
-    monkeypatch.setattr(tb, "ensure_model", lambda *a, **k: pytest.fail("built a model"))
+    monkeypatch.setattr(ae, "run_eval", lambda *a, **k: pytest.fail("evaluated"))
+    monkeypatch.setattr(ae, "ensure_model", lambda *a, **k: pytest.fail("built a model"))
     _one_line(runner.invoke(app, ["eval", *args]), 2, needle)
 
 

@@ -311,11 +311,11 @@ def test_an_installed_packages_entry_point_env(tmp_path, monkeypatch):
 def test_an_expert_rollout_builds_no_model(tmp_path, monkeypatch):
     """The expert needs no model: on an env whose tiny agent is not built, `rollout --policy
     expert` records byte-level token ids at once and says so, and nothing is built."""
-    import agentrl_cli.app.tiny_build as tb
+    import agentrl_cli.app.rollout as ar          # the name `agentrl rollout` calls
     from agentrl_cli.models.loading import tiny_recipe
     from agentrl_cli.models.tiny import is_built, tiny_path
 
-    monkeypatch.setattr(tb, "ensure_model", lambda *a, **k: pytest.fail("a model was built"))
+    monkeypatch.setattr(ar, "ensure_model", lambda *a, **k: pytest.fail("a model was built"))
     # a world no agent ships for (`--env locate` alone loads the shipped locate agent)
     cfg = config.load(sets=["env.name=locate", "env.n_train=600", "env.max_turns=8"])
     assert not is_built(tiny_path(tiny_recipe(cfg)))

@@ -47,9 +47,9 @@ def test_fit_saves_a_head_the_learner_starts_from(micro_policy, tmp_path):
 def test_fit_recovers_a_planted_linear_value(micro_policy, tmp_path, monkeypatch):
     """Outcomes that are a known linear function of the turn-start hidden states are recovered."""
     model, tok, fmt, spec = micro_policy
-    from agentrl_cli.rollout import runner
+    from agentrl_cli.app import tiny_build          # fit_value_head's own name for it
 
-    real = runner.run_episodes
+    real = tiny_build.run_episodes
     torch.manual_seed(1)
     w_true = torch.randn(model.config.hidden_size) * 0.05
 
@@ -66,7 +66,7 @@ def test_fit_recovers_a_planted_linear_value(micro_policy, tmp_path, monkeypatch
                 t.start = e.turns[0].start
         return eps
 
-    monkeypatch.setattr(runner, "run_episodes", planted)
+    monkeypatch.setattr(tiny_build, "run_episodes", planted)
     info = fit_value_head(model, HFEngine(model, fmt.pad_id), fmt, spec, spec.tasks("train", 8),
                           64, 256, torch.Generator().manual_seed(0), tmp_path / VALUE_HEAD)
     assert info["mse"] < 0.25 * info["mse_const"]

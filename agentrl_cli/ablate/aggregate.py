@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from ..reporting.ablation import plot_curves, plot_final_vs_param, tuned_label
+from ..reporting.metrics import read_metrics
 from ..train.run_folder import atomic_write_text
 from .plan import Sweep
 from .run import status
@@ -27,8 +28,6 @@ def _mean_std(xs: list[float]) -> tuple[float | None, float | None]:
 
 def collect(sweep: Sweep) -> dict:
     """Per-cell results from the finished runs' summary.json and metrics.jsonl."""
-    from ..reporting.metrics import read_metrics
-
     cells, envs = [], set()
     for cell in sweep.cells:
         runs = []

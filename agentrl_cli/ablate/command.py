@@ -21,6 +21,9 @@ from ..config import RunConfig, _check_key, env_name, parse_sets, read_yaml
 from ..errors import ConfigError
 from ..methods import METHODS
 from ..app.preflight import check_eval_tasks, load_checked
+from ..envs.base import check_tiny_env
+from ..envs.benchmarks import get_benchmark, load_benchmarks
+from ..train.run_folder import check_output_dir
 from .aggregate import collect, write_results
 from .budget import sweep_budget
 from .plan import PRESETS, Axis, Sweep, plan, plan_lines, record, values, warmup_warnings
@@ -80,7 +83,6 @@ def env_sets(env: str | None, benchmark: str | None) -> list[str]:
         return benchmark_sets(benchmark)
     if benchmark is not None:
         raise ConfigError("give --benchmark or --env, not both")
-    from ..envs.benchmarks import load_benchmarks
 
     try:
         table = load_benchmarks()
@@ -96,7 +98,6 @@ def benchmark_sets(name: str | None) -> list[str]:
     ahead of the user's own `--set`s so that those still override them."""
     if name is None:
         return []
-    from ..envs.benchmarks import get_benchmark
 
     b = get_benchmark(name)
     b.check()
@@ -204,9 +205,6 @@ def prepare(req: Request, log: Callable[[str], None]) -> tuple[Sweep, RunConfig,
     """Every check before any work: what is swept and tuned, the base and every cell's and
     tuning point's config, the output folder. -> (sweep, base config, axes, cell configs,
     resume(budget) -> command, the tuning stage or None)."""
-    from ..envs.base import check_tiny_env
-    from ..train.run_folder import check_output_dir
-
     base_sets = (env_sets(req.env, req.benchmark) + list(req.sets)
                  + ([f"train.steps={req.steps}"] if req.steps is not None else []))
     fixed = {**(read_yaml(req.config) if req.config else {}), **parse_sets(base_sets)}

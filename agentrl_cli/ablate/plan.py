@@ -14,6 +14,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..registry import Registry
 from ..app.preflight import load_checked
+from ..methods import METHODS
 from ..train.run_folder import atomic_write_text
 
 
@@ -179,8 +180,6 @@ def record(sweep: Sweep, axes: list[Axis], preset: str | None) -> None:
 def warmup_warnings(configs: list[RunConfig]) -> list[str]:
     """A cell whose recipe trains only its critic for `train.critic_warmup` steps never moves
     its policy when train.steps does not exceed them: every such cell ends where it started."""
-    from ..methods import METHODS
-
     out = []
     for cfg in configs:
         w, s = cfg.train.critic_warmup, cfg.train.steps

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..credit.estimators import ESTIMATORS
 from ..errors import ConfigError
+from ..methods import METHODS
+from ..rollout.controllers import CONTROLLERS
+from ..train.policy_losses import POLICY_LOSSES
+from ..train.prepare import PREPARERS
 
 if TYPE_CHECKING:
     from .plan import Axis
@@ -29,11 +34,6 @@ PARTS = ("algo.estimator", "algo.controller", "algo.loss")   # the keys that pic
 
 def _registries() -> dict:
     """The registries whose entries make a method, by the config key that picks the entry."""
-    from ..credit.estimators import ESTIMATORS
-    from ..rollout.controllers import CONTROLLERS
-    from ..train.policy_losses import POLICY_LOSSES
-    from ..train.prepare import PREPARERS
-
     return {"algo.estimator": (ESTIMATORS, PREPARERS), "algo.controller": (CONTROLLERS,),
             "algo.loss": (POLICY_LOSSES,)}
 
@@ -44,8 +44,6 @@ def method_reads(method: str, overrides: dict | None = None) -> frozenset[str]:
     the trainer's own `algo.*` keys; the critic's keys when the recipe has a critic; and the
     keys its recipe sets. `overrides` (dotted key -> value) replace the recipe's parts, e.g.
     `{"algo.controller": "vine"}`."""
-    from ..methods import METHODS
-
     recipe = METHODS.get(method)
     parts = {**recipe.defaults, **(overrides or {})}
     keys = set(TRAINER_KEYS)
@@ -66,8 +64,6 @@ def method_specific(key: str) -> bool:
 
 def readers(key: str) -> list[str]:
     """The methods whose recipe reads `key`."""
-    from ..methods import METHODS
-
     return [m for m in METHODS.names() if key in method_reads(m)]
 
 
@@ -98,7 +94,6 @@ def default_methods(axes: list[Axis], default: str) -> tuple[list[str], str | No
     keys = [k for k in dict.fromkeys(keys) if method_specific(k)]
     if all(k in method_reads(default) for k in keys):
         return [default], None
-    from ..methods import METHODS
 
     fit = [m for m in METHODS.names() if all(k in method_reads(m) for k in keys)]
     swept = ", ".join(keys)

@@ -2,6 +2,7 @@
 or as parallel subprocesses, finished runs skipped and stopped ones resumed."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,8 +10,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..config import RESUME_KEYS, RunConfig, flatten
+from ..app.train import train
+from ..config import RESUME_KEYS, RunConfig, flatten, load_saved
 from ..errors import ConfigError
+from ..reporting.live import held_out
+from ..reporting.metrics import read_metrics
 from .plan import ESTIMATE_AFTER_STEPS, Cell, Sweep, SweepEstimate
 
 
@@ -38,8 +42,6 @@ def check_rerun(sweep: Sweep) -> None:
     else one ConfigError line naming the run, the key, its old and new value, before any
     run starts (a skipped or resumed run would otherwise be reported under settings it did
     not run with)."""
-    from ..config import load_saved
-
     for cell in sweep.cells:
         for seed in sweep.seeds:
             run = sweep.run_dir(cell, seed)
@@ -62,10 +64,6 @@ def earlier_cells(sweep: Sweep, log: Callable[[str], None] = print) -> list[Cell
     name, with a finished run that ran as this sweep would run it (same settings but the
     cell's own): kept in the summary beside this run's cells. A finished cell that ran with
     other settings is left out, said in one line."""
-    import json
-
-    from ..config import load_saved
-
     try:
         data = json.loads((sweep.out / "ablation.json").read_text(encoding="utf-8"))
         cells = [Cell(c["name"], c["method"], dict(c.get("params") or {}), tuple(c.get("sets") or ()),
@@ -177,8 +175,6 @@ class EstimateProbe:
     def watch(self, metrics: Path, started: float) -> None:
         """A run in a subprocess: read its first steps' `time/step` off its metrics.jsonl;
         the time to its first step is what the rows do not account for."""
-        from ..reporting.metrics import read_metrics
-
         if self.done or not metrics.is_file():
             return
         try:
@@ -205,8 +201,6 @@ class StepLines:
     def update(self, step: int, row: dict) -> None:
         """The run's step line; held-out as in `agentrl train`'s (`reporting.live.held_out`):
         the check's value ± se at a check, `–` on a step without one."""
-        from ..reporting.live import held_out
-
         per = (time.time() - self.t0) / max(1, step - self.done0)
         self.log(f"  {self.label} step {step}/{self.total}  reward {row['reward/mean']:.2f}  "
                  f"held-out {held_out(row)}  {row['rollout/tokens']} tokens  "
@@ -221,9 +215,6 @@ class StepLines:
 
 def _train_here(sweep: Sweep, cell: Cell, seed: int, log: Callable[[str], None] = lambda s: None,
                 probe: EstimateProbe | None = None) -> dict:
-    from ..config import load_saved
-    from ..app.train import train
-
     run = sweep.run_dir(cell, seed)
     steps = StepLines(f"{cell.name} seed {seed}", log, probe)
     if status(run) == "resumable":

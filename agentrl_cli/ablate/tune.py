@@ -22,9 +22,11 @@ from typing import Callable
 
 from ..config import _check_key
 from ..errors import ConfigError
+from ..reporting.metrics import read_metrics
 from ..train.run_folder import atomic_write_text
 from .plan import Axis, Cell, Sweep, plan, values
 from .reads import check_sweep
+from .run import check_rerun, status
 
 TUNE_SEED = 100        # the first exploration seed; verdict seeds must stay below the tuning seeds
 RULE = ("mean of checks: a tuning run's score is the mean of its held-out checks after step 0 "
@@ -115,8 +117,6 @@ def tuning_sweep(sweep: Sweep, tuning: Tuning) -> Sweep:
 
 def mean_of_checks(run: Path) -> float | None:
     """A finished run's mean held-out success over its checks after step 0 (None: no check)."""
-    from ..reporting.metrics import read_metrics
-
     rows = read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
     checks = [float(r["eval/success"]) for r in rows
               if r.get("step", 0) >= 1 and isinstance(r.get("eval/success"), (int, float))]
@@ -127,8 +127,6 @@ def record(ts: Sweep, tuning: Tuning) -> dict:
     """The tuning stage's record: the rule, the seeds, each method's grid, every tuning run's
     mean of checks, each point's score and each method's pick (None while a run of its grid is
     unfinished)."""
-    from .run import status
-
     methods: dict[str, dict] = {}
     for m, axes in tuning.grids.items():
         names = [a.name for a in axes]
@@ -172,8 +170,6 @@ def run_tuning(sweep: Sweep, tuning: Tuning, jobs: int, log: Callable[[str], Non
                run: Callable[..., dict]) -> tuple[dict, list]:
     """Run (or reuse) every tuning run, write `<out>/tuning.json`, log each method's pick.
     `run` is the sweep runner (`ablate.run.run_sweep`). -> (record, failed runs)."""
-    from .run import check_rerun
-
     ts = tuning_sweep(sweep, tuning)
     check_rerun(ts)
     log(f"tuning: {len(tuning.grids)} method(s) x {tuning.points()} point(s) x "

@@ -12,20 +12,26 @@ is checked before any model loads.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..config import RunConfig, step_seed
 from ..errors import ConfigError
+from ..evaluation.runner import run_eval
+from ..train.checkpoint import find, open_checkpoint
+from ..train.run_folder import atomic_write_text, check_output_file
+from .env_file import check_env, log_env_change
 from .preflight import check_eval_tasks, check_rollout_memory, load_config, load_saved_checked
+from .request import RunRequest
+from .tiny_build import ensure_model
 
 MAX_SAMPLES = 1024                        # the most samples per task (--n) and largest --pass-k
 
 
-@dataclass
-class EvalRequest:
-    """What `agentrl eval` was asked (its options; None: not given)."""
+@dataclass(kw_only=True)
+class EvalRequest(RunRequest):
+    """What `agentrl eval` was asked beyond a run's config (None: not given)."""
 
     pass_k: int | None = None
     n: int | None = None
@@ -33,13 +39,6 @@ class EvalRequest:
     checkpoint: Path | None = None
     json_path: Path | None = None
     greedy: bool = False
-    env: str | None = None
-    benchmark: str | None = None
-    model: str | None = None
-    engine: str | None = None
-    config: Path | None = None
-    sets: list[str] = field(default_factory=list)
-    seed: int | None = None
     allow_env_change: bool = False        # the run's env file may differ from what it recorded
 
 
@@ -68,8 +67,6 @@ def _config(req: EvalRequest) -> tuple[RunConfig, Path | None, Path | None]:
     ckpt = run = None
     model = req.model
     if req.checkpoint is not None:
-        from ..train.checkpoint import find
-
         ckpt = find(req.checkpoint)
         model, run = str(ckpt), run_of(ckpt)
     if run is not None and req.env is None and req.benchmark is None and req.config is None:
@@ -89,8 +86,6 @@ def _config(req: EvalRequest) -> tuple[RunConfig, Path | None, Path | None]:
 def _check_run_env(req: EvalRequest, run: Path, ckpt: Path, env: str) -> None:
     """The run's env file against the sha256 the run recorded (`env_file.check_env`); an
     allowed change is a line of the run's env-changes.log."""
-    from .env_file import check_env, log_env_change
-
     change = check_env(run, env, req.allow_env_change, option="--checkpoint")
     if change is not None:
         log_env_change(run, change, f"eval --checkpoint {ckpt.name}")
@@ -107,7 +102,6 @@ def plan_eval(req: EvalRequest) -> EvalPlan:
     """The checked evaluation of a request (module docstring), before any model loads."""
     _check_sizes(req)
     if req.json_path is not None:         # before the work, so results are never lost at the end
-        from ..train.run_folder import check_output_file
         check_output_file(req.json_path, "--json")
     cfg, ckpt, run = _config(req)
     check_eval_tasks(cfg, req.tasks, "--tasks" if req.tasks else "train.eval_tasks")
@@ -135,10 +129,6 @@ def eval_checkpoint(req: EvalRequest, announce: Callable[[EvalPlan], None] = lam
     check the memory, evaluate (`evaluation.runner.run_eval`; `progress(done, total)`), and
     write `--json`. -> (plan, results). A checkpoint's policy is opened by
     `checkpoint.open_checkpoint` (verified by `plan_eval`; its critic is not needed)."""
-    from ..evaluation.runner import run_eval
-    from ..train.checkpoint import open_checkpoint
-    from .tiny_build import ensure_model
-
     plan = plan_eval(req)
     announce(plan)
     cfg = plan.cfg
@@ -150,8 +140,6 @@ def eval_checkpoint(req: EvalRequest, announce: Callable[[EvalPlan], None] = lam
                    seed=plan.seed, progress=progress, rt=rt)
     res["checkpoint"] = str(plan.ckpt) if plan.ckpt is not None else None
     if req.json_path is not None:
-        from ..train.run_folder import atomic_write_text
-
         req.json_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(req.json_path, json.dumps(res, indent=2))
     return plan, res

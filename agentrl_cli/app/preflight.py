@@ -9,13 +9,30 @@ under a second, before a model is loaded or a run folder written).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 from typing import Callable
 from pathlib import Path
 
 from ..config import RunConfig, load, load_saved
+from ..config.schema import TrainConfig
+from ..context import OPERATORS, make_spec
+from ..credit.estimators import ESTIMATORS
+from ..engines import ENGINES
+from ..envs import ENVS
+from ..envs.base import check_tiny_env, make_env_spec
+from ..envs.benchmarks import get_benchmark, load_benchmarks
+from ..envs.checker import require_fork
 from ..errors import ConfigError
+from ..methods import METHODS
+from ..models.loading import chat_format, model_path, resolve_device
+from ..rollout.controllers import CONTROLLERS
+from ..rollout.planner import ALLOCATORS
+from ..rollout.rewards import load_rewards
+from ..train.learner import TREE_PACK_MAX_TOKENS
+from ..train.policy_losses import POLICY_LOSSES
 
 
 def check_names(cfg: RunConfig) -> RunConfig:
@@ -24,14 +41,6 @@ def check_names(cfg: RunConfig) -> RunConfig:
     not load, or a controller that cannot run where `rollout.workers` puts it -> one
     `ConfigError` line. Returns `cfg`. (Checks of values alone, e.g. `algo.focus_gain` or
     the LoRA options, are config's: `config.validation`, run on every config built.)"""
-    from ..context import OPERATORS
-    from ..credit.estimators import ESTIMATORS
-    from ..engines import ENGINES
-    from ..envs import ENVS
-    from ..rollout.controllers import CONTROLLERS
-    from ..rollout.planner import ALLOCATORS
-    from ..train.policy_losses import POLICY_LOSSES
-
     a = cfg.algo
     for reg, name in ((ENVS, cfg.env.name), (ENGINES, cfg.rollout.engine),
                       (ESTIMATORS, a.estimator), (POLICY_LOSSES, a.loss),
@@ -40,7 +49,6 @@ def check_names(cfg: RunConfig) -> RunConfig:
         if name not in reg:
             reg.get(name)  # raises the one-line RegistryError
     if a.rewards:                         # the reward functions import, before any work
-        from ..rollout.rewards import load_rewards
 
         load_rewards(a.rewards)
     check_placement(cfg)
@@ -53,7 +61,6 @@ def check_oracle(cfg: RunConfig) -> None:
     ConfigError line, before any work."""
     if cfg.algo.focus_critic != "oracle" or not _grows_trees(cfg):
         return
-    from ..envs.base import make_env_spec
 
     env = make_env_spec(cfg.env).make()
     if not callable(getattr(env, "oracle_value", None)):
@@ -65,8 +72,6 @@ def check_oracle(cfg: RunConfig) -> None:
 def _grows_trees(cfg: RunConfig) -> bool:
     """Whether the run's controller grows trees (the oracle replaces their node values; parked
     rows stay in the cache)."""
-    from ..rollout.controllers import CONTROLLERS
-
     return CONTROLLERS.get(cfg.algo.controller).trees
 
 
@@ -76,7 +81,6 @@ def check_placement(cfg: RunConfig) -> None:
     DAPO's dynamic sampling runs in process only. Else one ConfigError line."""
     if cfg.rollout.workers == 0:
         return
-    from ..rollout.controllers import CONTROLLERS
 
     if CONTROLLERS.get(cfg.algo.controller).run_paths is None:
         paths = [n for n in CONTROLLERS.names() if CONTROLLERS.get(n).run_paths is not None]
@@ -90,9 +94,6 @@ def check_eval_tasks(cfg: RunConfig, n: int | None = None, what: str = "train.ev
     """`n` held-out tasks (default `train.eval_tasks`) exist in the env's eval split; more is a
     one-line error, not a silent cut to the split's size. Builds the env spec (cheap: no
     model), so it runs before any work."""
-    from ..context import make_spec
-    from ..errors import ConfigError
-
     n = cfg.train.eval_tasks if n is None else n
     size = len(make_spec(cfg).tasks("eval"))
     if n > size:
@@ -102,8 +103,6 @@ def check_eval_tasks(cfg: RunConfig, n: int | None = None, what: str = "train.ev
 
 
 def _env_options(name: str) -> tuple[str, ...]:
-    from ..envs import ENVS
-
     return tuple(getattr(ENVS.get(name), "options", ()) or ())
 
 
@@ -121,6 +120,7 @@ def check_hub_model(name: str, key: str = "model.name") -> None:
     and fail after the run folder was opened. With HF_HUB_OFFLINE=1 only the cache counts."""
     if not name or name == "tiny" or Path(name).expanduser().exists():
         return
+    # deferred: huggingface_hub's client takes seconds to import
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -137,6 +137,7 @@ def check_hub_model(name: str, key: str = "model.name") -> None:
 
 @functools.lru_cache(maxsize=64)
 def _ask_hub(name: str, key: str) -> None:
+    # deferred: huggingface_hub's client takes seconds to import
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -183,8 +184,6 @@ def load_config(config: Path | str | None, sets: list[str] | None, benchmark: st
     `benchmark` (a benchmarks.yaml entry) sets the env and its presets, after checking that the
     benchmark can run here (else a one-line error); `--env` naming a benchmark's env applies
     the same presets. Then what a user env must offer (`user_env_needs`)."""
-    from ..envs.benchmarks import get_benchmark, load_benchmarks
-
     f = flags(**kw)
     method = f.pop("_method")
     presets = None
@@ -212,10 +211,6 @@ def user_env_needs(cfg: RunConfig, forks: bool = True) -> None:
     """What a user env must offer for this command, checked before any model loads: a scripted
     expert for `--model tiny`; with `forks`, the fork check when the method's controller forks
     episodes (FOCUS, VinePPO; training checks its own method in any case)."""
-    from ..envs.base import check_tiny_env
-    from ..envs.checker import require_fork
-    from ..rollout.controllers import CONTROLLERS
-
     if cfg.model.name == "tiny":
         check_tiny_env(cfg.env)
     if forks and CONTROLLERS.get(cfg.algo.controller).forks:
@@ -263,11 +258,6 @@ def check_rollout_memory(cfg: RunConfig, rows: int, split: str = "eval", n_tasks
     memory. Else one ConfigError line naming the key to lower. The hf engine only (vLLM takes
     `rollout.vllm_gpu_memory` of the GPU and pages its cache). Returns whether the prompts were
     checked (False: not the hf engine, or no local model folder to read yet)."""
-    import json
-
-    from ..context import make_spec
-    from ..models.loading import chat_format, model_path, resolve_device
-
     if cfg.rollout.engine != "hf":
         return False
     try:
@@ -389,10 +379,6 @@ def update_bytes(model: dict, tokens: int, policy_tokens: int, chunk: int, dtype
 
 def _model_json(cfg: RunConfig) -> dict | None:
     """The policy's config.json (its text model's), or None where there is no local one yet."""
-    import json
-
-    from ..models.loading import model_path
-
     try:
         model = json.loads((Path(model_path(cfg)) / "config.json").read_text())
     except (ConfigError, OSError, ValueError):
@@ -403,9 +389,6 @@ def _model_json(cfg: RunConfig) -> dict | None:
 def update_parts(cfg: RunConfig, model: dict, tokens: int) -> dict[str, int]:
     """`update_bytes` for this run at micro-batches of `tokens` tokens (all of them counted as
     policy tokens: the LM head's chunk is then whole)."""
-    from ..methods import METHODS
-    from ..train.learner import TREE_PACK_MAX_TOKENS
-
     reference = METHODS.get(cfg.method).reference or cfg.algo.kl_coef > 0
     return update_bytes(model, tokens, tokens, cfg.train.logprob_chunk, _DTYPE_BYTES[cfg.model.dtype],
                         cfg.model.lora_rank, cfg.model.gradient_checkpointing, reference,
@@ -422,11 +405,6 @@ def check_update_memory(cfg: RunConfig, available: int | None = None,
     micro-batch is at its default, the largest halving of it that fits is taken, and said;
     otherwise one ConfigError line naming the keys that lower the peak. Returns the config the
     run goes on with."""
-    import dataclasses
-
-    from ..config.schema import TrainConfig
-    from ..models.loading import resolve_device
-
     model = _model_json(cfg)
     if model is None or resolve_device(cfg.model.device).type != "cpu":
         return cfg

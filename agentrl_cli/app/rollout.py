@@ -18,6 +18,8 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..types import Episode
 from ..context import make_spec
+from ..credit.focus_credit import tree_values
+from ..envs.base import has_expert, make_env_spec
 from ..models.chat import ChatFormat
 from ..models.loading import chat_format, model_path, tiny_recipe
 from ..models.tiny import is_built, tiny_path, train_tokenizer
@@ -26,7 +28,12 @@ from ..rollout.matched_budget import matched_budget, resolve_budget
 from ..rollout.runner import run_episodes, run_expert
 from ..rollout.runtime import build_runtime
 from ..train import checkpoint
+from ..train.checkpoint import find
 from ..train.learner import initial_critic
+from ..train.run_folder import check_output_file
+from .preflight import check_rollout_memory, load_config
+from .request import RunRequest
+from .tiny_build import ensure_model
 
 
 def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int | None = None,
@@ -68,9 +75,9 @@ def collect_trees(cfg: RunConfig, n: int, split: str = "eval", group_size: int |
     return result.episodes, result.trees, budget
 
 
-@dataclass
-class RolloutRequest:
-    """What `agentrl rollout` was asked (its options; None: not given)."""
+@dataclass(kw_only=True)
+class RolloutRequest(RunRequest):
+    """What `agentrl rollout` was asked beyond a run's config (None: not given)."""
 
     out: Path
     n: int
@@ -78,14 +85,6 @@ class RolloutRequest:
     split: str = "eval"
     group_size: int | None = None
     checkpoint: Path | None = None
-    method: str | None = None
-    env: str | None = None
-    benchmark: str | None = None
-    model: str | None = None
-    engine: str | None = None
-    config: Path | None = None
-    sets: tuple[str, ...] = ()
-    seed: int | None = None
     overwrite: bool = False
 
 
@@ -101,9 +100,6 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
     """The request's config and whether it grows trees, every check before any model loads:
     the policy, the output file, the expert, the split (building `tiny` where needed), the
     prompts and rows in flight."""
-    from .preflight import check_rollout_memory, load_config
-    from ..train.run_folder import check_output_file
-
     if req.policy not in ("model", "expert"):
         raise ConfigError(f"--policy must be model or expert, got '{req.policy}'")
     check_output_file(req.out)
@@ -112,13 +108,10 @@ def _checked(req: RolloutRequest, log: Callable[[str], None]) -> tuple[RunConfig
                           "another file")
     model = req.model
     if req.checkpoint is not None:
-        from ..train.checkpoint import find
         model = str(find(req.checkpoint, log=log))
-    cfg = load_config(req.config, list(req.sets), benchmark=req.benchmark, method=req.method,
+    cfg = load_config(req.config, req.sets, benchmark=req.benchmark, method=req.method,
                       env=req.env, model=model, engine=req.engine, seed=req.seed)
     if req.policy == "expert":
-        from ..envs.base import has_expert, make_env_spec
-
         if not has_expert(make_env_spec(cfg.env)):
             raise ConfigError(f"env '{cfg.env.name}' has no scripted expert (spec.expert): "
                               "--policy expert needs one; roll out a model with --policy model")
@@ -137,9 +130,6 @@ def _build_model(cfg: RunConfig, policy: str, split: str) -> None:
     """Build `tiny` where the rollout needs its folder: the policy's. An expert rollout needs
     no model and builds none (`expert_format`). An unknown split is reported
     first, before any work."""
-    from ..context import make_spec
-    from .tiny_build import ensure_model
-
     if cfg.model.name != "tiny":
         return
     make_spec(cfg).tasks(split, 1)
@@ -151,8 +141,6 @@ def write_rollout(out: Path, episodes: list, trees: list | None, algo=None) -> N
     """The JSONL file, atomically: one episode per line, or one tree per line (its paths'
     episodes included, and its refined values as `algo` gives them: `tree_rows`,
     `credit.focus_credit.tree_values`)."""
-    from ..credit.focus_credit import tree_values
-
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w") as f:

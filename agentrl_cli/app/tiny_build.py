@@ -30,6 +30,7 @@ libraries below `train/` only look the folder up (`models.loading.model_path`).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -43,11 +44,21 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors.torch import save_file
 
 from ..config import RunConfig
+from ..engines.base import SamplingParams
+from ..engines.hf import HFEngine
+from ..envs.base import has_expert, make_env_spec
+from ..errors import ConfigError
 from ..models import loading
-from ..models.tiny import (TinyRecipe, VALUE_HEAD, cache_path, is_built, make_model, shipped_path,
-                           tiny_path, train_tokenizer)
+from ..models.chat import ChatFormat
+from ..models.sequences import hidden_states, pad_episodes, token_logprobs
+from ..models.tiny import (TinyRecipe, VALUE_HEAD, cache_path, cache_root, is_built, make_model,
+                           nearest_shipped, shipped_builds, shipped_path, tiny_path,
+                           train_tokenizer)
+from ..rollout.runner import run_episodes, run_expert
+from ..train.checkpoint import sha256_file
 
 BUILD_THREADS = 2
 # a starting agent above this dev success leaves RL little room: a warm-up whose stopping check
@@ -80,10 +91,6 @@ def clean_stale_builds(root: Path | None = None, log: Callable[[str], None] = pr
     """Remove the temp folders (`tiny-*.xxxxxxxx`) of builds whose builder is gone: its lock is
     free (the kernel releases it when the process dies, however it dies), or, for a folder
     without a lock (older builds), it is older than `max_age_s`. A live build is left alone."""
-    import fcntl
-
-    from ..models.tiny import cache_root
-
     root = cache_root() if root is None else Path(root)
     removed = []
     for p in root.glob("tiny-*.*") if root.is_dir() else []:
@@ -123,8 +130,6 @@ def world_fingerprint(recipe: TinyRecipe) -> str | None:
     `world`), so a build made before the env's observations, actions or tasks changed is
     told apart from one of the env as it is now, though the recipe (and its key) is the
     same."""
-    from ..envs.base import has_expert
-
     spec = recipe_spec(recipe)
     if not has_expert(spec):
         return None
@@ -160,8 +165,6 @@ def ensure_tiny(recipe: TinyRecipe, log: Callable[[str], None] = print) -> Path:
     changed since (`stale_world`: its expert's episodes differ). The build runs in a temp
     folder that holds a lock while it lives and is renamed into place when done; builds killed
     half-way are removed here (`clean_stale_builds`)."""
-    from ..errors import ConfigError
-
     path = tiny_path(recipe)
     clean_stale_builds(cache_path(recipe).parent, log)
     if is_built(path):
@@ -185,8 +188,6 @@ def build_notice(recipe: TinyRecipe, path: Path) -> str:
     """The line before a build: why it runs, how long the shipped builds took (measured, their
     recipe.json), and the command that avoids it (a shipped build of the same env a few
     `--set`s away, else --model PATH or a shorter warm-up)."""
-    from ..models.tiny import nearest_shipped, shipped_builds
-
     took = sorted((info["build_seconds"], folder.name) for folder, info in shipped_builds()
                   if info.get("build_seconds") and info.get("recipe", {}).get("max_steps") ==
                   recipe.max_steps)
@@ -212,8 +213,6 @@ def publish_build(recipe: TinyRecipe, path: Path, log: Callable[[str], None] = p
                   threads: int | None = None) -> dict:
     """Build `recipe` into `path`: in a locked temp folder beside it, renamed into place when
     complete (a concurrent builder of the same recipe may win the rename: its build is kept)."""
-    import fcntl
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     fd = os.open(tmp / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -237,9 +236,6 @@ def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print,
     """`agentrl build-tiny`: remake `recipe` from scratch into the new folder `out`, and compare
     it with the build that ships with the package (if one does) -> the build's `recipe.json`
     plus `shipped` (its folder) and `identical` (the same weights, byte for byte)."""
-    from ..errors import ConfigError
-    from ..train.checkpoint import sha256_file
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not empty: give a new folder")
@@ -256,8 +252,6 @@ def rebuild(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print,
 # ------------------------------------------------------------------------------ building
 def recipe_spec(recipe: TinyRecipe, seed: int | None = None):
     """The env spec the recipe warms up on (its world at `seed`, default the env's own)."""
-    from ..envs.base import make_env_spec
-
     return make_env_spec(recipe.env, seed)
 
 
@@ -282,12 +276,6 @@ def fit_value_head(model, engine, fmt, spec, tasks, n_episodes: int, max_tokens:
     last hidden state (the same features the trainer's value head reads) gives the head's
     weight and bias, saved as `path` (safetensors, the `torch.nn.Linear` state dict). The
     trainer starts its value head from it (`train.learner.build_learner`)."""
-    from safetensors.torch import save_file
-
-    from ..engines.base import SamplingParams
-    from ..models.sequences import hidden_states, pad_episodes
-    from ..rollout.runner import run_episodes
-
     picks = [(tasks[i % len(tasks)], 0) for i in range(n_episodes)]
     eps = run_episodes(engine, fmt, spec, picks, SamplingParams(temperature=1.0, max_new_tokens=32),
                        max_tokens=max_tokens, batch_size=64, generator=gen)
@@ -407,8 +395,6 @@ def _corpus(recipe: TinyRecipe, spec, worlds, n_train: int, rng: random.Random,
 def _demonstrations(recipe: TinyRecipe, worlds, fmt, rng: random.Random) -> list:
     """`recipe.demos` imperfect expert episodes spread over the worlds, shortest first (a batch
     of neighbours then wastes little on padding)."""
-    from ..rollout.runner import run_expert
-
     demos = []
     for k, (w, ts) in enumerate(worlds):
         n = recipe.demos // len(worlds) + (k < recipe.demos % len(worlds))
@@ -422,8 +408,6 @@ def _demonstrations(recipe: TinyRecipe, worlds, fmt, rng: random.Random) -> list
 
 def _sft_step(model, opt, batch, fmt, recipe: TinyRecipe, lr: float) -> torch.Tensor:
     """One supervised step on a batch of demonstrations; returns the loss."""
-    from ..models.sequences import pad_episodes, token_logprobs
-
     for g in opt.param_groups:
         g["lr"] = lr
     ids, mask, attn = pad_episodes(batch, fmt.pad_id)
@@ -445,9 +429,6 @@ def _sft_step(model, opt, batch, fmt, recipe: TinyRecipe, lr: float) -> torch.Te
 def _success(model, engine, fmt, spec, tasks, samples: int, recipe: TinyRecipe,
              gen: torch.Generator) -> float:
     """Success of `samples` sampled episodes (temperature 1) per task."""
-    from ..engines.base import SamplingParams
-    from ..rollout.runner import run_episodes
-
     model.eval()
     params = SamplingParams(temperature=1.0, max_new_tokens=32)
     eps = run_episodes(engine, fmt, spec, [(t, 0) for t in tasks for _ in range(samples)],
@@ -567,9 +548,6 @@ def not_reached(recipe: TinyRecipe, best: float, step: int) -> str:
 
 
 def _build_tiny(recipe: TinyRecipe, out: Path, log: Callable[[str], None] = print) -> dict:
-    from ..engines.hf import HFEngine
-    from ..models.chat import ChatFormat
-
     t0 = time.time()
     log(f"tiny: building on {torch.get_num_threads()} torch thread(s): the env's tasks, then a "
         f"tokenizer on expert transcripts, {recipe.demos} demonstrations and the warm-up")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -26,6 +26,7 @@ from ..train import loop
 from ..train.checkpoint import is_checkpoint
 from ..train.run_folder import default_out, record_resume
 from .env_file import check_env, log_env_change, moved_env, record_env
+from .request import RunRequest
 from .preflight import (check_eval_tasks, check_names, check_run_memory, check_update_memory,
                         load_config)
 from .tiny_build import ensure_model
@@ -64,18 +65,11 @@ def initial_runtime(cfg: RunConfig, log: Callable[[str], None] = print) -> Runti
     return build_runtime(cfg, log)
 
 
-@dataclass
-class TrainRequest:
-    """What `agentrl train` was asked (its options; None: not given)."""
+@dataclass(kw_only=True)
+class TrainRequest(RunRequest):
+    """What `agentrl train` was asked beyond a run's config (None: not given); its shortcuts
+    (--steps, --reward, ...) come as `sets`."""
 
-    method: str | None = None
-    env: str | None = None
-    benchmark: str | None = None
-    model: str | None = None
-    engine: str | None = None
-    config: Path | None = None
-    sets: list[str] = field(default_factory=list)   # --set, and the shortcuts as --sets
-    seed: int | None = None
     out: Path | None = None
     resume: Path | None = None
     overwrite: bool = False

@@ -34,6 +34,7 @@ def ablate_cmd(
     seed: SeedOpt = None,
 ):
     """Sweep config keys, methods and seeds: one `agentrl train` run per cell and seed; a rerun skips finished runs. Example: agentrl ablate --method mpo --beta 0,0.5,1 --seeds 2"""  # noqa: E501
+    # deferred: CLI start-up
     from ..ablate.command import Interrupted, Request, ablate
     from ..reporting.ablation import summary_table, tuning_table
 

@@ -15,6 +15,7 @@ def benchmarks_cmd(
     name: Annotated[Optional[str], typer.Argument(help="A benchmark: show its data, splits and the papers' numbers.")] = None,
 ):
     """List the benchmarks of benchmarks.yaml: env, data status, CPU stand-in, papers. Example: agentrl benchmarks browsecomp-plus"""
+    # deferred: CLI start-up
     from ..envs.benchmarks import get_benchmark, load_benchmarks
 
     console = Console()

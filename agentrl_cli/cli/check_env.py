@@ -22,6 +22,7 @@ def check_env_cmd(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the env's world (default env.seed).")] = None,
 ):
     """Check that an env meets the protocol the trainer relies on (types, rewards, step limit, snapshot/restore at the states the expert and random play reach, determinism, gold answers, malformed actions, env.step_timeout_s): each check named on stderr as it starts, then one line per problem and exit code 2, or a one-line OK. The factory, the task lists and every reset and step run within env.step_timeout_s. Example: agentrl check-env examples/calculator_env.py:make --set env.n_ops=1"""
+    # deferred: CLI start-up
     from ..app.check_env import check_env_named
 
     name, report = check_env_named(env, str(config) if config else None, set_, seed, say=_say)

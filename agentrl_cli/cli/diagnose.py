@@ -26,6 +26,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _run_config(run_dir: Path | None, config, sets, **flags):
     """The config a run was trained with (its config.json), else the usual loader's."""
+    # deferred: CLI start-up
     from ..app.preflight import load_config, load_saved_checked
 
     if run_dir is not None and (run_dir / "config.json").is_file():
@@ -35,6 +36,7 @@ def _run_config(run_dir: Path | None, config, sets, **flags):
 
 def _check_outputs(png: Path, json_path: Path | None) -> None:
     """The figure and JSON paths are writable files, checked before any work."""
+    # deferred: CLI start-up
     from ..train.run_folder import check_output_file
 
     check_output_file(png, "--png")
@@ -43,6 +45,7 @@ def _check_outputs(png: Path, json_path: Path | None) -> None:
 
 
 def _outputs(console: Console, png: Path, json_path: Path | None, data: dict) -> None:
+    # deferred: CLI start-up
     from ..diagnostics.report import write_json
 
     if json_path is not None:
@@ -79,6 +82,7 @@ def audit_tree_cmd(
 ):
     """Value MSE vs continuations for each allocator on an audit tree with known values.
     Example: agentrl diagnose audit-tree --json audit.json (figure: audit_tree.png)"""
+    # deferred: CLI start-up
     from ..diagnostics.audit_tree import AuditRequest, audit_tree
     from ..diagnostics.report import audit_json, audit_tables, plot_audit
 
@@ -88,6 +92,7 @@ def audit_tree_cmd(
     say = lambda s: console.print(s, highlight=False)  # noqa: E731
     ckpt = None
     if checkpoint is not None:
+        # deferred: CLI start-up
         from ..train.checkpoint import find
         ckpt = find(checkpoint, log=say)
     cfg = _run_config(ckpt.parent.parent if ckpt else None, config, set_, env=env, model=model,
@@ -116,6 +121,7 @@ def critic_rank_cmd(
 ):
     """Spearman correlation of the critic with Monte-Carlo state values, per checkpoint.
     Example: agentrl diagnose critic-rank --run runs/focus0 (figure: RUN/critic_rank.png)"""
+    # deferred: CLI start-up
     from ..diagnostics.critic_rank import critic_rank
     from ..diagnostics.report import critic_rank_table, plot_critic_rank
 
@@ -143,6 +149,7 @@ def variance_cmd(
 ):
     """MPO's decomposition of within-episode critic variance into between- and within-turn parts.
     Example: agentrl diagnose variance --checkpoint runs/mpo0 (figure: variance.png)"""
+    # deferred: CLI start-up
     from ..diagnostics.report import plot_variance, variance_table
     from ..diagnostics.variance import variance_report
     from ..train.checkpoint import find
@@ -169,6 +176,7 @@ def tool_calls_cmd(
 ):
     """Tool calls per episode over training, flagging a tool-call collapse.
     Example: agentrl diagnose tool-calls --run runs/grpo0 (figure: RUN/tool_calls.png)"""
+    # deferred: CLI start-up
     from ..diagnostics.report import plot_tool_calls, tool_calls_table
     from ..diagnostics.tool_calls import tool_call_trend
 
@@ -194,6 +202,7 @@ def table_cmd(
 ):
     """The verdict table: one row per method (or sweep cell) over its seeds, paired with a reference.
     Example: agentrl diagnose table --reference grpo runs/methods"""
+    # deferred: CLI start-up
     from ..diagnostics.analysis import verdict_table as vt
     from ..errors import ConfigError
 
@@ -222,6 +231,7 @@ def tool_call_table_cmd(
 ):
     """Tool calls per episode over training per method over its seeds, with each seed's collapse verdict.
     Example: agentrl diagnose tool-call-table runs/collapse"""
+    # deferred: CLI start-up
     from ..diagnostics.analysis.tool_call_table import collect, table
 
     print(table(collect(runs, windows)))
@@ -235,6 +245,7 @@ def tree_info_cmd(
 ):
     """How much a tree's states say about their paths' outcomes beyond the task, per depth of the state two paths share.
     Example: agentrl diagnose tree-info runs/long/cells/focus/seed-*"""
+    # deferred: CLI start-up
     from ..diagnostics.analysis.tree_info import report, run_info
     from ..train.run_folder import check_output_file
 
@@ -256,6 +267,7 @@ def episode_stats_cmd(
 ):
     """How long a benchmark's episodes are: held-out success and tool calls of the model's base evaluation and of the scripted expert.
     Example: agentrl diagnose episode-stats --benchmark search-long"""
+    # deferred: CLI start-up
     from ..diagnostics.analysis.episode_stats import stats
     from ..app.preflight import load_config
     from ..train.run_folder import check_output_file
@@ -279,6 +291,7 @@ def allocation_map_cmd(
 ):
     """The allocation study's figure: held-out checks per arm, the paired gain over the reference, where continuations start.
     Example: agentrl diagnose allocation-map runs/alloc-early --out allocation-early.png"""
+    # deferred: CLI start-up
     from ..diagnostics.analysis.allocation_map import plot
     from ..reporting.run_reader import runs_under
     from ..train.run_folder import check_output_file

@@ -1,11 +1,14 @@
-"""Shared command options (Annotated aliases) and the one-line error handling."""
+"""Shared command options (Annotated aliases; `run_options`: the block every run command
+declares once) and the one-line error handling."""
 from __future__ import annotations
 
+import errno
 import functools
+import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -18,11 +21,39 @@ ModelOpt = Annotated[Optional[str], typer.Option("--model", help="'tiny' (built 
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Generation engine: hf (default) or vllm (GPU).")]
 BenchmarkOpt = Annotated[Optional[str], typer.Option("--benchmark", "-b", help="A benchmarks.yaml entry: its env and settings (list: agentrl benchmarks).")]
 
+# the options of every command that builds a run's config (train, eval, rollout), in their order
+# on the command line and in `--help`; `set_` reaches the command as `sets`
+RUN_OPTIONS = {"method": MethodOpt, "env": EnvOpt, "benchmark": BenchmarkOpt, "model": ModelOpt,
+               "engine": EngineOpt, "config": ConfigOpt, "set_": SetOpt, "seed": SeedOpt}
+RunOptions = dict[str, Any]
+
+
+def run_options(fn=None, *, without: tuple[str, ...] = ()):
+    """Declare `RUN_OPTIONS` (less `without`) once: they take the place of the command's `run`
+    parameter in the signature Typer reads, and the command gets their values as one dict
+    `run` (`sets` a list, [] when not given), the fields of an `app.request.RunRequest`. Use as
+    `@run_options` or `@run_options(without=("method",))`."""
+    if fn is None:
+        return functools.partial(run_options, without=without)
+    names = [n for n in RUN_OPTIONS if n not in without]
+    params = []
+    for p in inspect.signature(fn, eval_str=True).parameters.values():
+        params += ([inspect.Parameter(n, p.KEYWORD_ONLY, annotation=RUN_OPTIONS[n], default=None)
+                    for n in names] if p.name == "run" else [p.replace(kind=p.KEYWORD_ONLY)])
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs):
+        run = {n.rstrip("_"): kwargs.pop(n) for n in names}
+        run["sets"] = list(run.pop("set") or [])
+        return fn(run=run, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature(params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
+
 
 def disk_full(e: OSError) -> bool:
     """True when `e` is a write that found the disk or the user's quota full."""
-    import errno
-
     return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -35,7 +66,9 @@ def user_errors(fn=None, *, interrupted: str = "interrupted"):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        # deferred: CLI start-up
         from ..errors import ConfigError
+        # deferred: CLI start-up
         from ..registry import RegistryError
 
         try:

@@ -19,6 +19,7 @@ def serve_env_cmd(
     set_: SetOpt = None,
 ):
     """Serve an env over HTTP (JSON; OpenEnv's endpoint names where they fit) until Ctrl-C, so that `agentrl train --env http://HOST:PORT` (and eval, rollout) runs on it from another process or machine, Ray rollout workers included (docs/your-env.md). Example: agentrl serve-env search --port 8765 --set env.max_turns=8"""
+    # deferred: CLI start-up
     from ..envs.env_server import EnvServer, open_server, url_of
     from ..app.preflight import load_checked
 

@@ -37,6 +37,7 @@ def build_tiny_cmd(
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Torch threads of the build (default: OMP_NUM_THREADS, else 2, the shipped builds' count; another count may give other weights).")] = None,
 ):
     """Remake the tiny built-in agent from its recipe (the env's `env.*` keys and `model.tiny_*`), and say whether it equals the build that ships with the package. Its first lines estimate the build's time from measured warm-up steps; its last is the train command for the build. Example: agentrl build-tiny --env rules --out runs/tiny-rules --threads 1"""
+    # deferred: CLI start-up
     from ..models.loading import tiny_recipe
     from ..models.tiny import shipped_path
     from ..app.preflight import load_config

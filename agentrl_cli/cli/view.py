@@ -20,6 +20,7 @@ def view_cmd(
     episode: Annotated[Optional[int], typer.Option("--episode", help="With --text: print the step's K-th traced episode, turn by turn.")] = None,
 ):
     """See what the agent did: a self-contained HTML report (learning curves, FOCUS trees, episodes with the tokens each loss trains on, the critic) that opens from disk. Example: agentrl view runs/f0"""
+    # deferred: CLI start-up
     from ..app.view import view
     from ..reporting.view import printable
 

@@ -23,6 +23,7 @@ def widen_cmd(
     set_: SetOpt = None,
 ):
     """Write a wider copy of a model that computes the same function (function-preserving widening of a Llama/Qwen-style decoder): a critic with more capacity that starts from what the policy reads. Use it with --set model.critic=separate --set model.critic_path=OUT. Example: agentrl widen --benchmark search-long --out runs/critic-x2"""
+    # deferred: CLI start-up
     from ..errors import ConfigError
     from ..models.widen import widen_folder
     from ..app.preflight import load_config

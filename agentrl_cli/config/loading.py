@@ -5,14 +5,19 @@ gathered; every config built is checked (`validation`)."""
 from __future__ import annotations
 
 import ast
+import json
 import math
 import os
 import re
 from dataclasses import replace
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..errors import ConfigError
+from ..methods import METHODS
 from .schema import ENV_BOUNDARY_KEYS, ENV_FIELDS, LEAF_TYPES, SECTIONS, EnvConfig, RunConfig
 from .validation import _check_given_key, _check_key, _check_section, _validate, check_model
 
@@ -62,7 +67,6 @@ def user_env(name: str) -> bool:
     imported: loading it is the env registry's business)."""
     if ":" in name:
         return True
-    from importlib.metadata import entry_points
 
     try:
         return any(ep.name == name for ep in entry_points(group="agentrl.envs"))
@@ -219,8 +223,6 @@ YAML_NODES_CAP = 100_000
 def check_yaml(text: str, where: str) -> None:
     """A one-line error if `text` expands to more than YAML_NODES_CAP nodes (aliases counted
     at their full size); counted on the parser's event stream, which never builds the nodes."""
-    import yaml
-
     sizes: dict[str, int] = {}            # anchor -> expanded size of its node
     stack: list[list] = []                # open collections: [anchor, size so far]
     total = 0
@@ -255,8 +257,6 @@ def check_yaml(text: str, where: str) -> None:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML preset into flat dotted keys (nested sections or dotted keys both work).
     At most YAML_BYTES_CAP bytes and YAML_NODES_CAP nodes (`check_yaml`)."""
-    import yaml
-
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"config file {p} is a folder; give a YAML file")
@@ -311,8 +311,6 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 def _unique_key_loader():
     """yaml's SafeLoader, except that a key given twice in one mapping is a one-line error
     (plain YAML keeps the last one silently)."""
-    import yaml
-
     class Loader(yaml.SafeLoader):
         pass
 
@@ -361,8 +359,6 @@ def load(
 ) -> RunConfig:
     """The one loader every command uses. `flags` are explicit CLI options (None = not given);
     `presets` (a benchmark's settings, dotted keys) rank above the recipe, below the YAML file."""
-    from ..methods import METHODS
-
     file_values = read_yaml(config_file) if config_file else {}
     set_values = parse_sets(sets)
     chosen = method or set_values.get("method") or file_values.get("method") or RunConfig.method
@@ -385,8 +381,6 @@ def load(
 
 def load_saved(run_dir: str | Path, sets: list[str] | None = None) -> RunConfig:
     """The config a run folder was started with (its config.json), plus `--set` overrides."""
-    import json
-
     p = Path(run_dir) / "config.json"
     if not p.is_file():
         raise ConfigError(f"no run found at {run_dir} (missing config.json)")

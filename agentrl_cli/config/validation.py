@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..registry import suggest
 from .schema import CAPS, LEAF_TYPES, SECTIONS, RunConfig, flatten
 
 _POSITIVE = {
@@ -174,7 +175,6 @@ def check_lora(cfg: RunConfig) -> None:
 def _check_key(key: str) -> None:
     if key in LEAF_TYPES:
         return
-    from ..registry import suggest
 
     head = key.partition(".")[0]
     if head not in SECTIONS and head not in LEAF_TYPES:
@@ -189,8 +189,6 @@ def _check_section(name: str, key: str | None = None) -> None:
     nearest section when it is a mistyped one (`trian`), or the nearest key of that section
     (`trian.stesp`: `train.steps`). With `key`, returns when no section is near (the caller's
     error for the key follows)."""
-    from ..registry import suggest
-
     close = suggest(name, sorted(SECTIONS))
     if close is None and key is not None:
         return

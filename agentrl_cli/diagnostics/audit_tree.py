@@ -16,6 +16,8 @@ from typing import Callable
 from ..config import RunConfig
 from ..errors import ConfigError
 from .audit import AuditSpec, SyntheticWorld, run_audit
+from .audit_env import EnvWorld
+from .mc import load_checkpoint_policy
 
 
 @dataclass
@@ -76,9 +78,6 @@ def checkpoint_world(req: AuditRequest, cfg: RunConfig, ckpt: Path, spec: AuditS
     """The audit tree of a checkpoint's policy on the env -> (the audit spec, with the
     checkpoint's own critic added when --critics was not given and it has one; the world
     factory; the title)."""
-    from .audit_env import EnvWorld
-    from .mc import load_checkpoint_policy
-
     pol = load_checkpoint_policy(cfg, ckpt)
     if req.critics is None and pol.critic is not None:
         spec = dataclasses.replace(spec, critics=spec.critics + ("trained",))

@@ -15,13 +15,12 @@ from typing import Callable
 from ..errors import ConfigError
 from ..config import RunConfig
 from ..metrics import spearman
+from ..train.checkpoint import STATE_FILE, find
 from .mc import continue_from, critic_at_states, load_checkpoint_policy, sample_episodes
 
 
 def run_checkpoints(run: Path) -> list[tuple[int, Path]]:
     """(step, folder) of every checkpoint of a run, by step."""
-    from ..train.checkpoint import STATE_FILE
-
     root = Path(run) / "checkpoints"
     out = []
     for d in sorted(root.glob("step-*")) if root.is_dir() else []:
@@ -59,8 +58,6 @@ def rank_checkpoint(cfg: RunConfig, ckpt: Path, episodes: int, continuations: in
 def critic_rank(cfg: RunConfig, run: Path, episodes: int = 8, continuations: int = 16,
                 seed: int = 0, log: Callable[[str], None] = lambda s: None) -> dict:
     """Spearman correlation of critic and Monte-Carlo values at every checkpoint of `run`."""
-    from ..train.checkpoint import find
-
     rows = []
     ckpts = [(step, find(c, log)) for step, c in run_checkpoints(run)]  # all verified first
     for step, ckpt in ckpts:

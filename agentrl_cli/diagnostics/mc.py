@@ -26,7 +26,15 @@ import torch
 
 from ..errors import ConfigError
 from ..config import RunConfig
+from ..context.episode import LiveEpisode, new_episode
+from ..context.windows import resume_from_visible, visible_ids
 from ..envs.base import Task
+from ..rollout.controllers import rollout_context, shape_rewards
+from ..rollout.runner import drive_batch, run_episodes
+from ..rollout.runtime import build_runtime
+from ..rollout.values import critic_values
+from ..train.batch import collate, microbatches
+from ..train.checkpoint import open_checkpoint
 from ..types import Episode
 
 
@@ -46,9 +54,6 @@ def load_checkpoint_policy(cfg: RunConfig, ckpt: str | Path | None = None) -> Po
     """The policy (and critic) of checkpoint `ckpt` (a checkpoint folder, or a run folder: its
     latest checkpoint; `train.checkpoint.open_checkpoint`), or of `cfg.model` when `ckpt` is
     None (no critic then)."""
-    from ..rollout.runtime import build_runtime
-    from ..train.checkpoint import open_checkpoint
-
     if ckpt is None:
         rt, critic, name = build_runtime(cfg, log=lambda s: None), None, None
     else:
@@ -74,10 +79,6 @@ class BoundaryState:
 def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
                     ) -> tuple[list[Episode], list[list[BoundaryState]]]:
     """One episode per (task, group) pair, and per episode its states s_0..s_{K-1}."""
-    from ..context.windows import visible_ids
-    from ..rollout.controllers import rollout_context, shape_rewards
-    from ..rollout.runner import run_episodes
-
     snaps: dict[int, list[tuple[int, Any]]] = {}
 
     def record(ep, env):
@@ -102,11 +103,6 @@ def sample_episodes(pol: Policy, pairs: list[tuple[Task, int]], seed: int
 
 def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -> list[list[Episode]]:
     """`n` fresh continuations from each state (batched `rollout.batch_size` at a time)."""
-    from ..context.windows import resume_from_visible
-    from ..rollout.controllers import rollout_context, shape_rewards
-    from ..context.episode import LiveEpisode, new_episode
-    from ..rollout.runner import drive_batch
-
     jobs = [i for i in range(len(states)) for _ in range(n)]
     out: list[list[Episode]] = [[] for _ in states]
     gen = torch.Generator().manual_seed(seed)
@@ -134,9 +130,6 @@ def continue_from(pol: Policy, states: list[BoundaryState], n: int, seed: int) -
 def _values_at(pol: Policy, episodes: list[Episode], positions: list[list[int]]) -> list[list[float]]:
     """Per episode, V of the state before each of its `positions` (`rollout.values`), in
     micro-batches of at most `train.max_tokens_per_microbatch` padded tokens."""
-    from ..rollout.values import critic_values
-    from ..train.batch import collate, microbatches
-
     if pol.critic is None:
         raise ConfigError(f"{pol.name} has no critic (value head); use a checkpoint of a method "
                           "that trains one (ppo, mpo, focus)")

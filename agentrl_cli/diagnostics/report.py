@@ -7,6 +7,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from ..reporting import plots
+from ..train.run_folder import atomic_write_text
+
 
 def _fmt(x, nd: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -17,8 +20,6 @@ def _fmt(x, nd: int = 3) -> str:
 
 
 def write_json(path: Path, data: dict) -> None:
-    from ..train.run_folder import atomic_write_text
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=2, default=lambda o: None))
@@ -68,8 +69,6 @@ def audit_tables(res: dict, title: str) -> list[Table]:
 def plot_audit(res: dict, png: Path, title: str) -> None:
     """Value MSE vs continuations per allocator, one panel per critic: mean ± std over seeds,
     as in the tables."""
-    from ..reporting import plots
-
     fig, axes = plots.figure(len(res), width=5.0, height=3.9)
     for ax, (c, per) in zip(axes, res.items()):
         tops = []
@@ -105,8 +104,6 @@ def critic_rank_table(res: dict) -> Table:
 
 
 def plot_critic_rank(res: dict, png: Path) -> None:
-    from ..reporting import plots
-
     rows = res["checkpoints"]
     fig, (a, b) = plots.figure(2, width=5.0)
     pts = [(r["step"], r["spearman"]) for r in rows if r["spearman"] is not None]
@@ -146,8 +143,6 @@ def variance_table(res: dict) -> Table:
 
 
 def plot_variance(res: dict, png: Path) -> None:
-    from ..reporting import plots
-
     fig, (ax,) = plots.figure(1, width=6.0)
     ax.hist(res["shares"], bins=20, range=(0, 1))
     if res["median_between_share"] is not None:
@@ -187,8 +182,6 @@ def tool_calls_table(res: dict, rows: int = 12) -> Table:
 
 def plot_tool_calls(res: dict, png: Path) -> None:
     """Two panels on one step axis: tool calls per episode (from 0) and training success."""
-    from ..reporting import plots
-
     fig, (a, b) = plots.figure(1, width=7.5, height=2.6, rows=2, sharex=True)
     a.plot(res["steps"], res["tool_calls"], color="tab:blue", alpha=0.35, label="per step")
     a.plot(res["steps"], res["tool_calls_mean"], color="tab:blue", lw=2,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import ConfigError
+from ..reporting.metrics import read_metrics
 
 
 def trailing_mean(xs: Sequence[float], window: int) -> list[float]:
@@ -52,8 +53,6 @@ def tool_call_trend(run: Path, window: int = 5, drop: float = 0.5,
                     log: Callable[[str], None] | None = None) -> dict:
     """Per-step tool calls and success of a run, their trailing means, and the collapse verdict.
     A torn last line of metrics.jsonl (a run killed mid-write) is dropped and reported to `log`."""
-    from ..reporting.metrics import read_metrics
-
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
         raise ConfigError(f"no metrics.jsonl in {run}")

@@ -18,6 +18,7 @@ from typing import Sequence
 from ..errors import ConfigError
 from ..config import RunConfig
 from .audit import median
+from .mc import critic_at_tokens, load_checkpoint_policy, sample_episodes
 
 
 def decompose(turn_values: Sequence[Sequence[float]]) -> tuple[float, float, float]:
@@ -61,8 +62,6 @@ def summarize(episodes_values: Sequence[Sequence[Sequence[float]]], tol: float =
 def variance_report(cfg: RunConfig, checkpoint, episodes: int = 64, seed: int = 0) -> dict:
     """Sample `episodes` episodes (one per held-out task, cycling if there are fewer tasks) with
     the checkpoint's policy and decompose its critic's values on them."""
-    from .mc import critic_at_tokens, load_checkpoint_policy, sample_episodes
-
     pol = load_checkpoint_policy(cfg, checkpoint)
     if pol.critic is None:
         raise ConfigError(f"{pol.name} has no critic (value head): the variance decomposition "

@@ -10,6 +10,7 @@ ENGINES.register("hf", HFEngine)
 
 
 def _vllm_engine():
+    # deferred: optional extra (vllm)
     from .vllm import VLLMEngine
 
     return VLLMEngine

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from .base import Engine
-from .kv_batch import KVBatch, RaggedKVBatch, ragged_layout_fits
+from .kv_batch import KVBatch
+from .kv_ragged import RaggedKVBatch, ragged_layout_fits
 
 
 class HFEngine(Engine):

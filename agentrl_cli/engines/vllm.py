@@ -123,6 +123,7 @@ class VLLMEngine(Engine):
     @staticmethod
     def _make_llm(**kw):
         """`vllm.LLM(**kw)`; an option this vLLM version does not know is dropped (reported)."""
+        # deferred: optional extra (vllm)
         from vllm import LLM
 
         dropped = []
@@ -143,6 +144,7 @@ class VLLMEngine(Engine):
     # -- requests ------------------------------------------------------------------------------
 
     def sampling(self, params: SamplingParams, seed: int, stop_ids: Sequence[int]):
+        # deferred: optional extra (vllm)
         from vllm import SamplingParams as VSamplingParams
 
         kw: dict[str, Any] = dict(
@@ -150,6 +152,7 @@ class VLLMEngine(Engine):
             max_tokens=params.max_new_tokens, stop_token_ids=list(stop_ids), ignore_eos=True,
             logprobs=0, seed=seed, detokenize=False)
         try:
+            # deferred: optional extra (vllm)
             from vllm.sampling_params import RequestOutputKind
 
             kw["output_kind"] = RequestOutputKind.CUMULATIVE

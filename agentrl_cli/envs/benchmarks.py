@@ -22,8 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from ..config import YAML_BYTES_CAP, check_yaml
 from ..errors import ConfigError
+from ..registry import suggest
 from .base import ENVS, Task, env_factory
+from .qa import QASpec, VERIFIERS, extract_boxed
 
 __all__ = ["Benchmark", "benchmarks_file", "data_root", "get_benchmark", "load_benchmarks",
            "load_qa_tasks", "real_benchmark_envs"]
@@ -120,8 +125,6 @@ def _parse(name: str, raw: Any, where: Path) -> Benchmark:
     if not data.get("get"):
         raise ConfigError(f"{where}: benchmark '{name}' needs data.get (how to get the data)")
     if raw["adapter"] == "qa":
-        from .qa import VERIFIERS
-
         if raw.get("verifier") not in VERIFIERS:
             raise ConfigError(f"{where}: benchmark '{name}': a qa adapter needs verifier "
                               f"{' | '.join(VERIFIERS)}")
@@ -138,12 +141,9 @@ def _parse(name: str, raw: Any, where: Path) -> Benchmark:
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str) -> dict[str, Benchmark]:
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"benchmarks file not found: {p}")
-    from ..config import YAML_BYTES_CAP, check_yaml
 
     if p.stat().st_size > YAML_BYTES_CAP:
         raise ConfigError(f"benchmarks file {p} has more than {YAML_BYTES_CAP:,} bytes")
@@ -168,7 +168,6 @@ def get_benchmark(name: str) -> Benchmark:
     table = load_benchmarks()
     if name in table:
         return table[name]
-    from ..registry import suggest
 
     close = suggest(name, list(table))
     hint = f" (did you mean '{close}'?)" if close else ""
@@ -193,6 +192,7 @@ def _rows(folder: Path, split: str) -> list[dict]:
                 return list(json.loads(text))
             return [json.loads(line) for line in text.splitlines() if line.strip()]
     try:
+        # deferred: optional extra (datasets)
         import datasets
     except ImportError:
         raise ConfigError(f"no {split}.jsonl in {folder}, and reading other formats needs the "
@@ -214,8 +214,6 @@ def load_qa_tasks(b: Benchmark, split: str) -> list[Task]:
     """Tasks of our split `split` ("train" | "eval" | ...) of a qa benchmark, in file order,
     after `data.filter`; the answer is `data.fields.answer` (its last `\\boxed{}` when
     `data.answer_from` is "boxed")."""
-    from .qa import extract_boxed
-
     if split not in b.splits:
         raise ConfigError(f"benchmark '{b.name}' has no {split} split; it has {', '.join(b.splits)}")
     b.check()
@@ -243,8 +241,6 @@ def _factory(b: Benchmark):
 
     @env_factory(b.env, ("max_turns",))
     def make(seed: int = 0, max_turns: int = 8):
-        from .qa import QASpec
-
         b.check()
         tasks = {split: load_qa_tasks(b, split) for split in b.splits}
         return QASpec(b.name, tasks, b.verifier, max_turns)

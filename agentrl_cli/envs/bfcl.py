@@ -98,6 +98,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 @functools.lru_cache(maxsize=None)
 def _func_docs(class_name: str) -> tuple[dict, ...]:
+    # deferred: optional extra (bfcl_eval)
     from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 
     path = _package_dir() / "data" / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
@@ -133,6 +134,7 @@ def load_entries(category: str) -> tuple[dict, ...]:
 def system_prompt(functions: list[dict]) -> str:
     """BFCL's default system prompt for prompting models (python calls, no tags, JSON docs,
     plaintext, classic style), built from the package's own templates."""
+    # deferred: optional extra (bfcl_eval)
     from bfcl_eval.constants.default_prompts import (OUTPUT_FORMAT_MAPPING, PARAM_TYPE_MAPPING,
                                                      PROMPT_STYLE_TEMPLATES,
                                                      PROMPT_TEMPLATE_MAPPING)
@@ -150,6 +152,7 @@ def system_prompt(functions: list[dict]) -> str:
 
 
 def _holdout_message(docs: list[dict]) -> str:
+    # deferred: optional extra (bfcl_eval)
     from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
 
     return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=docs)
@@ -236,6 +239,7 @@ def _starts_with_call(s: str) -> bool:
 # -------------------------------------------------------------------------------- backends
 def _new_backends(entry: dict) -> dict[str, Any]:
     """Fresh backend instances with the entry's initial state, as BFCL builds them."""
+    # deferred: optional extra (bfcl_eval)
     from bfcl_eval.constants.executable_backend_config import (CLASS_FILE_PATH_MAPPING,
                                                                STATELESS_CLASSES)
 
@@ -282,6 +286,7 @@ def _execute(backends: dict[str, Any], call: Call) -> str:
 
 
 def _checker():
+    # deferred: optional extra (bfcl_eval)
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (response_checker,
                                                                            state_checker)
 
@@ -585,6 +590,7 @@ def reference_check(entry: dict, decoded: list[list[list[str]]]) -> dict:
     with `eval` on backends it keeps in its module globals) after the runner's force-termination
     check. Only for verification (tests, benchmarks/check_bfcl.py): `decoded` must come from
     this env (literal-only calls); the checker's cached instances are removed afterwards."""
+    # deferred: optional extra (bfcl_eval)
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 

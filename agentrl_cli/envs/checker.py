@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ConfigError
+from .base import ENVS, make_env_spec
 from .guard import (EnvContractError, StepTimeout, call_with_timeout, result_problem,
                     reward_range)
 
@@ -581,8 +582,6 @@ def require_fork(section, what: str) -> None:
     """A user env that a forking controller (a `rollout.controllers.Controller` with `forks`:
     FOCUS, VinePPO) would snapshot and restore must pass the fork check: else a one-line
     `ConfigError`, before any model loads. Built-in envs pass it in the package's tests and are not re-checked."""
-    from .base import ENVS, make_env_spec
-
     if not ENVS.is_user(section.name):
         return
     make_env_spec(section)               # a spec that does not build: its own one-line error
@@ -608,8 +607,6 @@ def require_determinism(section, log: Callable[[str], None]) -> None:
     same observations and rewards under the same actions), checked before any model loads: else
     a one-line `ConfigError` naming `env.deterministic=false`, the opt-out for a stochastic env,
     with which a failure is a warning. Built-in envs are checked in the package's tests."""
-    from .base import ENVS, make_env_spec
-
     if not ENVS.is_user(section.name):
         return
     make_spec = lambda s: make_env_spec(section, s)  # noqa: E731

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from .base import Task, make_env_spec
 from .guard import reward_range
+from .remote import dumps
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024   # the largest request body read
 
@@ -301,8 +302,6 @@ def handler_for(server: EnvServer) -> type[BaseHTTPRequestHandler]:
         disable_nagle_algorithm = True   # headers and body leave at once (no delayed-ACK stall)
 
         def _reply(self, status: int, payload: dict) -> None:
-            from .remote import dumps
-
             body = dumps(payload)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -27,6 +27,7 @@ which Gymnasium imports first), or a user factory `FILE.py:make` that returns a
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any, Callable
 
 from ..errors import ConfigError
@@ -42,6 +43,7 @@ _INSTALL = "pip install 'agentrl[gym]' (or pip install gymnasium)"
 
 def _gymnasium():
     try:
+        # deferred: optional extra (gymnasium)
         import gymnasium
     except ImportError as e:
         raise ConfigError(f"a Gymnasium env needs the gymnasium package: {_INSTALL}") from e
@@ -50,13 +52,12 @@ def _gymnasium():
 
 def is_gym_env(obj: Any) -> bool:
     """Whether `obj` is a `gymnasium.Env` (gymnasium is not imported to answer no)."""
-    import sys
-
     gym = sys.modules.get("gymnasium")
     return gym is not None and isinstance(obj, gym.Env)
 
 
 def _check_text_spaces(env: Any, name: str) -> None:
+    # deferred: optional extra (gymnasium)
     from gymnasium.spaces import Text
 
     for what in ("observation", "action"):

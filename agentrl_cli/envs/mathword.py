@@ -173,6 +173,7 @@ MAX_ANSWER_CHARS = 64
 
 @functools.lru_cache(maxsize=1)
 def _math_verify():
+    # deferred: optional extra (math_verify)
     import math_verify
 
     # Parsing and verifying run with timeouts off (see above); math-verify warns about that

@@ -87,6 +87,7 @@ async def _serve(params: Any, ready: concurrent.futures.Future, state: dict) -> 
     in `state["client"]` until `state["stop"]` is set, then close both. (A function, not a
     method: the running task must not keep the connection alive, so that collecting it stops
     the server.)"""
+    # deferred: optional extra (mcp)
     from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
@@ -112,6 +113,7 @@ async def _list_tools(client: Any) -> list:
     cursor = _field(page, "next_cursor", "nextCursor")
     while cursor:
         try:
+            # deferred: optional extra (mcp)
             from mcp.types import PaginatedRequestParams
 
             page = await client.list_tools(params=PaginatedRequestParams(cursor=cursor))
@@ -133,6 +135,7 @@ class MCPConnection:
     def __init__(self, command: Sequence[str], env: dict | None = None, cwd: str | None = None,
                  startup_timeout_s: float = 60.0, label: str = "mcp"):
         try:
+            # deferred: optional extra (mcp)
             from mcp.client.stdio import StdioServerParameters
         except ImportError as e:
             raise ConfigError(f"env '{label}': an MCP env needs the mcp package: {_INSTALL}") from e

@@ -21,11 +21,12 @@ import importlib.util
 import os
 import re
 import sys
+from importlib.metadata import entry_points as eps
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError
-from ..registry import Registry, RegistryError
+from ..registry import Registry, RegistryError, suggest
 
 __all__ = ["OBJECT_PREFIX", "PluginRegistry", "entry_points", "is_file_spec", "is_spec",
            "load_entry_point", "load_spec", "object_spec"]
@@ -133,8 +134,6 @@ def load_spec(spec: str, kind: str = "env") -> Any:
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            from ..registry import suggest
-
             close = suggest(part, [n for n in dir(obj) if not n.startswith("_")])
             hint = f" (did you mean '{close}'?)" if close else ""
             raise ConfigError(f"{kind} '{spec}': {target} has no attribute '{attr}'{hint}")
@@ -196,8 +195,6 @@ def _one_line(e: BaseException) -> str:
 @functools.lru_cache(maxsize=8)
 def entry_points(group: str) -> dict[str, Any]:
     """name -> EntryPoint of the installed packages' `group` (metadata only: nothing imports)."""
-    from importlib.metadata import entry_points as eps
-
     try:
         return {ep.name: ep for ep in eps(group=group)}
     except Exception:  # noqa: BLE001  (broken metadata of some package: no entry points)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import StepResult, Task
+from .mathword import _math_verify
 
 __all__ = ["QAEnv", "QASpec", "VERIFIERS", "extract_answer", "extract_boxed", "verify"]
 
@@ -78,8 +79,6 @@ def verify(pred: str, gold: str, kind: str) -> bool:
         a, b = _number(pred), _number(gold)
         return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
     if kind == "math":
-        from .mathword import _math_verify
-
         if len(pred) > MAX_MATH_ANSWER_CHARS:   # math-verify runs without a timeout here
             return False
         mv = _math_verify()

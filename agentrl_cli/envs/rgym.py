@@ -34,6 +34,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from ..errors import ConfigError
+from ..registry import suggest
 from .base import SECTION_OPTIONS, Task
 from .calls import CallEnv, check_call_cost
 from .mathword import CalcError, calculate, format_number
@@ -57,6 +58,7 @@ _SEED_SPACING = 1_000_003      # train and eval datasets of one env seed never s
 @functools.lru_cache(maxsize=1)
 def _rg():
     try:
+        # deferred: optional extra (reasoning_gym)
         import reasoning_gym
     except ImportError as e:
         raise ConfigError(f"env '{PREFIX}:...' needs reasoning-gym: pip install reasoning-gym "
@@ -161,8 +163,6 @@ class ReasoningGymSpec:
         known = generator_names()
         for n in names:
             if n not in known:
-                from ..registry import suggest
-
                 close = suggest(n, known)
                 hint = f" (did you mean '{close}'?)" if close else ""
                 raise ConfigError(f"env '{PREFIX}:{n}': reasoning-gym has no generator '{n}'{hint}; "
@@ -313,6 +313,7 @@ def _chain_sum_plan(entry: dict) -> list[Step] | None:
 
 def _leg_counting_plan(entry: dict) -> list[Step] | None:
     """`3 cats, 2 ducks`: calc(3*4), calc(<running>+2*2); a slip miscounts one animal's legs."""
+    # deferred: optional extra (reasoning_gym)
     from reasoning_gym.arithmetic.leg_counting import ANIMALS
 
     plan: list[Step] = []

@@ -12,6 +12,7 @@ from ..envs.base import EnvSpec, Task
 from ..metrics import aggregate_pass
 from ..models.chat import ChatFormat
 from ..rollout.runner import run_episodes
+from ..rollout.runtime import build_runtime
 
 
 def ks_up_to(k_max: int) -> list[int]:
@@ -76,8 +77,6 @@ def run_eval(cfg, n: int, k_max: int, n_tasks: int, greedy: bool = False,
     tasks, `n` samples each (sampling seed: `seed`, else cfg.seed). `rt`: the runtime to
     evaluate (a checkpoint's, opened by the caller: `train.checkpoint.open_checkpoint`), else
     the policy is loaded from config (`rollout.runtime.build_runtime`, `greedy` decoding)."""
-    from ..rollout.runtime import build_runtime
-
     if rt is None:
         rt = build_runtime(cfg, greedy=greedy)
     return evaluate(rt.engine, rt.fmt, rt.spec, rt.spec.tasks("eval", n_tasks), n, rt.params,

@@ -163,6 +163,7 @@ def sink_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
 def sink_sdpa_mask(allow_is_causal_skip: bool = True, **kwargs):
     """None for the plain training case (the window is applied in the attention function),
     otherwise transformers' dense boolean SDPA mask."""
+    # deferred: transformers takes seconds to import
     from transformers.masking_utils import sdpa_mask
 
     if allow_is_causal_skip and _plain_causal(kwargs["q_length"], kwargs["kv_length"],
@@ -175,6 +176,7 @@ def sink_sdpa_mask(allow_is_causal_skip: bool = True, **kwargs):
 # ------------------------------------------------------------------------------ sink_flex
 @functools.lru_cache(maxsize=1)
 def _compiled_flex():
+    # deferred: FlexAttention: newer torch only
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)
@@ -182,6 +184,7 @@ def _compiled_flex():
 
 def _flex_fn(device: torch.device):
     """Compiled FlexAttention on CUDA (fused, memory-lean); the reference one elsewhere."""
+    # deferred: FlexAttention: newer torch only
     from torch.nn.attention.flex_attention import flex_attention
 
     return _compiled_flex() if device.type == "cuda" else flex_attention
@@ -190,6 +193,7 @@ def _flex_fn(device: torch.device):
 @functools.lru_cache(maxsize=16)
 def flex_block_mask(q_length: int, kv_length: int, window: int | None, device: str):
     """BlockMask for causal (bottom-right aligned) attention, windowed if `window` is set."""
+    # deferred: FlexAttention: newer torch only
     from torch.nn.attention.flex_attention import create_block_mask
 
     offset = kv_length - q_length
@@ -207,6 +211,7 @@ def flex_block_mask(q_length: int, kv_length: int, window: int | None, device: s
 
 def _lse_kwargs():
     try:
+        # deferred: FlexAttention: newer torch only
         from torch.nn.attention.flex_attention import AuxRequest
     except ImportError:  # torch < 2.9
         return {"return_lse": True}
@@ -220,6 +225,7 @@ def sink_flex_attention(module, query, key, value, attention_mask, dropout: floa
 
     Same signature and output as transformers' attention functions: ([B, Lq, H, D], None).
     """
+    # deferred: FlexAttention: newer torch only
     from torch.nn.attention.flex_attention import BlockMask
 
     if dropout:
@@ -247,6 +253,7 @@ def sink_flex_attention(module, query, key, value, attention_mask, dropout: floa
 def sink_flex_mask(allow_is_causal_skip: bool = True, **kwargs):
     """None for the plain training case (cached block masks are built in the attention
     function), otherwise transformers' BlockMask (padding, cache offsets, packing)."""
+    # deferred: transformers takes seconds to import
     from transformers.masking_utils import flex_attention_mask
 
     if allow_is_causal_skip and _plain_causal(kwargs["q_length"], kwargs["kv_length"],
@@ -258,6 +265,7 @@ def sink_flex_mask(allow_is_causal_skip: bool = True, **kwargs):
 
 def register() -> None:
     """Register both implementations (and their mask builders) under `HF_NAMES`."""
+    # deferred: transformers takes seconds to import
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 

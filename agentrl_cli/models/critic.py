@@ -111,6 +111,7 @@ def critic_from_state(state: dict, model: torch.nn.Module,
         if config is None:
             critic = SeparateCritic(model)
         else:
+            # deferred: transformers takes seconds to import
             from transformers import AutoConfig, AutoModelForCausalLM
 
             conf = dict(config)

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from . import lora
 from ..errors import ConfigError
 from ..config import RunConfig, check_lora
 from .chat import ChatFormat
@@ -51,6 +52,7 @@ def model_path(cfg: RunConfig) -> str:
 
 def quiet_transformers() -> None:
     """No per-shard progress bars from transformers: our own display reports progress."""
+    # deferred: transformers takes seconds to import
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -69,9 +71,11 @@ def apply_memory_options(model, cfg: RunConfig):
 
 
 def load_model(path: str, cfg: RunConfig):
+    # deferred: transformers takes seconds to import
     from transformers import AutoModelForCausalLM
 
-    from .attention import hf_attention_name  # importing registers the sink-aware attentions
+    # deferred: importing it imports transformers (it registers the sink-aware attentions)
+    from .attention import hf_attention_name
 
     quiet_transformers()
 
@@ -86,6 +90,7 @@ def load_model(path: str, cfg: RunConfig):
 
 def load_tokenizer(cfg: RunConfig, path: str):
     """The tokenizer of model folder `path`, with `model.chat_template`'s template if given."""
+    # deferred: transformers takes seconds to import
     from transformers import AutoTokenizer
 
     try:
@@ -113,8 +118,6 @@ def _load_weights(path: str, cfg: RunConfig, log: Callable[[str], None]):
     """The model of folder `path`: full weights, or adapters over their base; with
     `model.lora_rank > 0` fresh adapters over full weights, or the folder's adapters trainable;
     with rank 0 a folder's adapters are merged into the base (a full fine-tune from there)."""
-    from . import lora
-
     check_lora(cfg)                       # a config built by `dataclasses.replace` skipped it
     if lora.is_adapter_folder(path):
         base = lora.adapter_base(path)
@@ -154,6 +157,7 @@ def load_critic_model(cfg: RunConfig, policy_path: str | None, device: torch.dev
     """The model of a separate critic loaded from `model.critic_path` (train mode is the
     trainer's business). It reads the policy's token ids as they are, so its tokenizer must be
     the policy's: a different vocabulary is a one-line error, not silently wrong values."""
+    # deferred: transformers takes seconds to import
     from transformers import AutoTokenizer
 
     path = cfg.model.critic_path

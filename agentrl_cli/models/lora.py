@@ -53,6 +53,7 @@ _ADAPTER_KEY = re.compile(r"\.(lora_A|lora_B|lora_embedding_A|lora_embedding_B|l
 def require_peft():
     """The `peft` module, or a one-line ConfigError naming how to install it."""
     try:
+        # deferred: optional extra (peft)
         import peft
     except ImportError:
         raise ConfigError(f"model.lora_rank > 0 needs PEFT, which is not installed: {PEFT_HINT}") from None
@@ -70,6 +71,7 @@ def is_adapter_folder(path: str | Path) -> bool:
 
 
 def _is_conv1d(mod) -> bool:
+    # deferred: transformers takes seconds to import
     from transformers.pytorch_utils import Conv1D
 
     return isinstance(mod, Conv1D)

@@ -98,6 +98,7 @@ def hidden_states(model, ids: torch.Tensor, attn: torch.Tensor,
     if window is None or not bool((window > 0).any()):
         out = backbone(model)(input_ids=ids, use_cache=False)
         return out.last_hidden_state
+    # deferred: importing it imports transformers (it registers the sink-aware attentions)
     from .attention import HF_NAMES
 
     impl = getattr(model.config, "_attn_implementation", "sdpa")
@@ -160,6 +161,7 @@ _registered = []
 
 def _register_packed() -> None:
     if not _registered:
+        # deferred: transformers takes seconds to import
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
 
@@ -182,6 +184,7 @@ def can_pack(model) -> bool:
 def packed_hidden_states(model, flat: torch.Tensor, pos: torch.Tensor, bounds) -> torch.Tensor:
     """Last hidden states [1, T, H] of a packed row (`pack_rows`): each episode attends only
     to itself, at its own positions, exactly as in a padded batch."""
+    # deferred: transformers takes seconds to import
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     _register_packed()

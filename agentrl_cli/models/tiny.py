@@ -200,6 +200,7 @@ def is_built(path: Path) -> bool:
 
 def train_tokenizer(texts: list[str], vocab_size: int):
     """Byte-level BPE, digits split singly, with a Qwen-style chat template."""
+    # deferred: transformers takes seconds to import
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -224,6 +225,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
 
 def make_model(recipe: TinyRecipe, vocab_size: int):
+    # deferred: transformers takes seconds to import
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     cfg = Qwen3Config(

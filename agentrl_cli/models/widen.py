@@ -23,8 +23,12 @@ model starts from scratch (`model.critic_path` starts its head at 0.5)."""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import torch
+
+from .loading import quiet_transformers
 
 _READS = ("q_proj", "k_proj", "v_proj")          # attention inputs: read the stream
 _MLP_READS = ("gate_proj", "up_proj")
@@ -143,12 +147,9 @@ def widen_folder(src: str, out, factor: int = 2, noise: float = 0.01, widen_mlp:
     """Widen the model of folder `src` into the new folder `out` (weights, config, tokenizer and
     chat template, `widen.json`); -> what `widen.json` records, with the check on `check_tokens`
     random token ids. `out` must not exist or be empty."""
-    import json
-    from pathlib import Path
-
+    # deferred: transformers takes seconds to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .loading import quiet_transformers
 
     quiet_transformers()
     out = Path(out)

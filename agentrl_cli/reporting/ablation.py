@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.table import Table
+
+from . import plots
+
 
 def _spread(res: dict) -> str:
     """What a sweep figure's lines and bars are: 'mean ± std over 3 seeds' (a cell with fewer
@@ -14,8 +18,6 @@ def _spread(res: dict) -> str:
 
 
 def _title(res: dict, what: str) -> str:
-    from . import plots
-
     methods = ",".join(dict.fromkeys(c["method"] for c in res["cells"]))
     return plots.run_title(methods, res.get("env"), res["seeds"],
                            f"{what}, {_spread(res)} · budget "
@@ -25,8 +27,6 @@ def _title(res: dict, what: str) -> str:
 def plot_curves(res: dict, png: Path) -> None:
     """Held-out success vs step per cell: the mean over its seeds (at the eval steps they share)
     with a ± std band, the base model's success dashed, the best cell drawn thicker."""
-    from . import plots
-
     fig, (ax,) = plots.figure(1, width=7.5, height=4.2)
     ys_all, bases = [], []
     for i, c in enumerate(res["cells"]):
@@ -55,8 +55,6 @@ def _num(label: str) -> float | None:
 def plot_final_vs_param(res: dict, png: Path) -> None:
     """Final held-out success (mean ± std over seeds) vs each swept parameter, one line per
     combination of the other parameters and the method; with no parameter, one point per method."""
-    from . import plots
-
     axes = res["axes"] or ["method"]
     fig, subs = plots.figure(len(axes), width=5.2, height=3.9)
     done = [c for c in res["cells"] if c["final_success_mean"] is not None]
@@ -100,8 +98,6 @@ def summary_table(res: dict):
     """One row per cell: mean ± std over seeds of the final held-out success, the tokens
     generated in training, per step and per held-out question (the best success in bold green).
     A cell with fewer finished seeds than the sweep shows its count (n=...)."""
-    from rich.table import Table
-
     def pm(m, s, fmt):
         return "–" if m is None else f"{m:{fmt}}±{s:{fmt}}"
 
@@ -141,8 +137,6 @@ def _one(x, fmt: str) -> str:
 def tuning_table(rec: dict):
     """The tuning stage: one row per (method, point) with its tuning runs' mean of checks per
     seed and its score; each method's pick in bold."""
-    from rich.table import Table
-
     t = Table(title=f"tuning: {rec['runs_per_method']} run(s) per method on seeds "
                     f"{','.join(map(str, rec['seeds']))}, picked by the mean of checks")
     for col in ("method", "point", "mean of checks per seed", "score"):

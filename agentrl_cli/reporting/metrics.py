@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from .sinks import open_sinks
+
 
 class MetricsLog:
     """metrics.jsonl, plus the sinks named in `sinks` (train.log: tensorboard, wandb; see
@@ -39,8 +41,6 @@ class MetricsLog:
             f.write(json.dumps(row) + "\n")
             f.flush()
         if self.sinks is None:
-            from .sinks import open_sinks
-
             self.sinks = open_sinks(self.sink_spec, self.path.parent, self.config,
                                     first_step=int(row.get("step", 0)))
             if self.on_sinks is not None and self.sinks:

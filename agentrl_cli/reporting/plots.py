@@ -14,18 +14,23 @@ Conventions, so that every figure reads the same way:
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
 from typing import Sequence
 
+from ..config import EnvConfig
+
 STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ("-", "v"), ("--", "P"), ("-.", "X")]
 
 
 def plt():
+    # deferred: matplotlib takes a second to import
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: matplotlib takes a second to import
     import matplotlib.pyplot as pyplot
 
     return pyplot
@@ -49,6 +54,7 @@ def save(fig, png: Path) -> None:
 
 
 def step_axis(ax, label: str = "training step") -> None:
+    # deferred: matplotlib takes a second to import
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -121,8 +127,6 @@ def env_label(env: dict, context: dict | None = None) -> str:
     """An env section (and context section) as a title says it: the env's name, plus what sets
     it apart from the name's defaults: 'search, 4-5 hops, compaction, 0.05/call' for the
     compaction variant of the long horizon, 'search' for the default one."""
-    from ..config import EnvConfig
-
     base = EnvConfig()
     out = [str(env.get("name", "?"))]
     hops = (env.get("min_hops", base.min_hops), env.get("max_hops", base.max_hops))
@@ -139,8 +143,6 @@ def env_label(env: dict, context: dict | None = None) -> str:
 def run_label(run) -> str:
     """'mpo on search, seed 0' from a run folder's config.json (the env as `env_label` says it),
     else the folder's name."""
-    import json
-
     p = Path(str(run))
     try:
         cfg = json.loads((p / "config.json").read_text())

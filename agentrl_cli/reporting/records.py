@@ -41,6 +41,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from .record_quotes import compare, rewrite, short
+
 BUDGET_SLACK = 0.05          # a run's tokens per step may differ from the budget by 5%
 TOLERANCE = {"base": 0.0015, "final": 0.0015, "mean_of_checks": 0.0015, "tokens_per_step": 1.5,
              "final_minus_base": 0.15, "vs_ref": 0.15, "last_vs_ref": 0.15, "wall_s": 1.0}
@@ -710,8 +712,6 @@ def _render_problem(page: str, text: str, records: dict[str, dict]) -> str | Non
 
 def quote_problems(page: str, text: str, records: dict[str, dict]) -> list[str]:
     """A quote of QUOTES on `page` that is gone, or whose numbers are not the records'."""
-    from .record_quotes import compare, short
-
     out = []
     for where, template in QUOTES:
         if where != page:
@@ -764,8 +764,6 @@ def stale(root: Path) -> list[str]:
 def write(root: Path) -> list[Path]:
     """Rewrite the generated sections and the quoted numbers of the pages under `root`;
     returns what changed."""
-    from .record_quotes import rewrite
-
     records = load_records(root / "docs" / "records")
     changed = []
     for page in dict.fromkeys([*PAGES, *(p for p, _ in QUOTES)]):

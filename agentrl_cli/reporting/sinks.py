@@ -11,7 +11,9 @@ hold, and their check, are config's (`config.validation.SINKS`, `parse_sinks`).
 """
 from __future__ import annotations
 
+import json
 import math
+import uuid
 from pathlib import Path
 
 from ..config import parse_sinks
@@ -31,6 +33,7 @@ class TensorBoardSink:
 
     def __init__(self, run: Path, config: dict | None = None, first_step: int = 0):
         try:
+            # deferred: optional extra (tensorboard)
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
             raise RuntimeError("train.log=tensorboard needs the tensorboard package: "
@@ -39,8 +42,6 @@ class TensorBoardSink:
         # dropped, so a resumed run's curves have each step once
         self.writer = SummaryWriter(log_dir=str(Path(run) / "tensorboard"), purge_step=first_step)
         if config and first_step == 0:
-            import json
-
             self.writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```", 0)
 
     def write(self, row: dict) -> None:
@@ -56,6 +57,7 @@ class WandbSink:
 
     def __init__(self, run: Path, config: dict | None = None, name: str = "", resume: bool = False):
         try:
+            # deferred: optional extra (wandb)
             import wandb
         except ImportError as e:
             raise RuntimeError("train.log=wandb needs the wandb package: pip install wandb") from e
@@ -75,8 +77,6 @@ class WandbSink:
 def _wandb_id(run: Path) -> str:
     """One W&B run id per run folder, kept in it (`wandb_id`, written once the W&B run opened)
     so a resumed run continues the same W&B run."""
-    import uuid
-
     p = Path(run) / "wandb_id"
     if p.is_file():
         return p.read_text().strip()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...reporting.run_reader import read_run
 from . import verdict_table as vt
+from ...reporting.plots import plt
 
 
 def curves(run_dirs: list[Path]) -> dict[str, dict[int, list[float]]]:
@@ -97,8 +98,6 @@ def _depth_panel(ax, by: dict, arms: list[str]) -> None:
 
 def plot(run_dirs: list[Path], reference: str, out: Path, title: str) -> None:
     """The three panels of the runs in `run_dirs`, written to `out` (PNG)."""
-    from ...reporting.plots import plt
-
     runs = vt.load_runs(run_dirs)
     cur = curves(run_dirs)
     arms = sorted(cur, key=lambda a: (a != reference, a))

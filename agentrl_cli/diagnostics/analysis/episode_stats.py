@@ -15,6 +15,15 @@ import statistics
 import time
 from pathlib import Path
 
+import torch
+
+from ...app.tiny_build import load_policy
+from ...config import step_seed
+from ...context import make_spec
+from ...engines import ENGINES, SamplingParams
+from ...models.loading import tiny_recipe
+from ...rollout.runner import run_episodes, run_expert
+
 
 def episode_stats(eps) -> dict:
     solved = [e for e in eps if e.success]
@@ -33,12 +42,6 @@ def episode_stats(eps) -> dict:
 def _model_row(cfg, model, fmt, spec, tasks) -> tuple[dict, int]:
     """The base evaluation's episodes (`evaluation.runner.evaluate`'s pairs, order and
     generator seed) as a row, and that seed."""
-    import torch
-
-    from ...config import step_seed
-    from ...engines import ENGINES, SamplingParams
-    from ...rollout.runner import run_episodes
-
     engine = ENGINES.get(cfg.rollout.engine)(model, fmt.pad_id, next(model.parameters()).device)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens)
     seed = step_seed(cfg.seed, 0, salt=3)
@@ -62,11 +65,6 @@ def _build_info(path: str) -> dict:
 
 def stats(cfg, benchmark: str) -> dict:
     """The model's base evaluation and the expert's demonstrations on `cfg`'s held-out tasks."""
-    from ...context import make_spec
-    from ...models.loading import tiny_recipe
-    from ...rollout.runner import run_expert
-    from ...app.tiny_build import load_policy
-
     t0 = time.time()
     model, _, fmt, path = load_policy(cfg)
     load_s = time.time() - t0
