@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..envs.base import make_env_spec
+from ..envs.guard import guard_spec
+from ..envs.tool_calls import tool_spec
 from ..registry import Registry
 from .envs import ContextEnv, ContextSpec
 from .operators import Compaction, ContextOperator, Workspace
@@ -43,10 +46,6 @@ def make_spec(cfg):
     are checked on every step (`envs.guard`: types, reward range, timeout,
     observation size) and run under the configured context operator (`wrap_spec`; unchanged
     for `none`)."""
-    from ..envs.base import make_env_spec
-    from ..envs.guard import guard_spec
-    from ..envs.tool_calls import tool_spec
-
     spec = tool_spec(make_env_spec(cfg.env), cfg.model.tool_format, cfg.env.name)
     return wrap_spec(guard_spec(spec, cfg.env), cfg.context)
 

@@ -24,9 +24,11 @@ whole stored episode.
 """
 from __future__ import annotations
 
-from .episode import append_observation, step_env
 from ..types import Turn
+from .envs import ContextEnv
+from .episode import append_observation, step_env
 from .windows import visible_len
+from .workspace import WorkspaceEnv
 
 FREE = ("Your context is almost full. Summarize what you need to finish the task: what you "
         "found and what to do next. Earlier turns will be replaced by your summary.")
@@ -56,8 +58,6 @@ class ContextOperator:
 
     def make_env(self, inner):
         """The env an episode runs in (the wrapper carries this operator)."""
-        from .envs import ContextEnv
-
         return ContextEnv(inner, self)
 
     def crosses(self, live, obs_ids: list[int]) -> bool:
@@ -133,8 +133,6 @@ class Workspace(ContextOperator):
     name = "workspace"
 
     def make_env(self, inner):
-        from .workspace import WorkspaceEnv
-
         return WorkspaceEnv(inner, self)
 
     def advance(self, live, fmt, turn: Turn, max_tokens: int, max_new_tokens: int):

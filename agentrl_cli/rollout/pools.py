@@ -28,6 +28,7 @@ def make_executor(engine, fmt, spec, params, max_tokens, share: int = 64) -> Pat
     """The engine's path executor: one request per turn for a turn-level engine (vLLM: it
     declares `token_level = False`), else the hf one on a shared KV batch."""
     if not getattr(engine, "token_level", True):
+        # deferred: optional extra (vllm)
         from .vllm_paths import VLLMPathExecutor
 
         return VLLMPathExecutor(engine, fmt, spec, params, max_tokens)
@@ -69,7 +70,7 @@ class RayPool:
     per update (`sync`); a replaced actor gets the latest one before its first job."""
 
     def __init__(self, cfg: RunConfig, n: int, log: Callable[[str], None] = print):
-        import ray
+        import ray  # deferred: optional extra (ray)
 
         self.ray = ray
         self.cfg, self.size, self.log = cfg, n, log
@@ -160,6 +161,7 @@ class RolloutWorker:
 
     def __init__(self, cfg: RunConfig, share: int, import_path: list[str] | None = None):
         sys.path.extend(p for p in import_path or [] if p not in sys.path)
+        # deferred: inside the Ray actor, once the driver's import path is on sys.path
         from .runtime import build_runtime
 
         torch.set_num_threads(1)  # one CPU per actor (its Ray resource)
@@ -199,7 +201,7 @@ def open_ray(cfg: RunConfig, out: Path, log: Callable[[str], None] = print) -> b
     """Join `rollout.ray_address`, or start a local Ray with one CPU per worker. Returns
     whether this call started Ray (and should shut it down)."""
     try:
-        import ray
+        import ray  # deferred: optional extra (ray)
     except ImportError:
         raise ConfigError("rollout.workers > 0 needs Ray: pip install 'agentrl[ray]'") from None
     if ray.is_initialized():

@@ -81,7 +81,7 @@ def open_rollouts(rt: Runtime, critic, out: Path,
     def close():
         pool.close()
         if started:
-            import ray
+            import ray  # deferred: optional extra (ray)
 
             ray.shutdown()
 

@@ -32,6 +32,8 @@ its trainer state (`TrainerState`).
 """
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -39,14 +41,19 @@ import pickle
 import re
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from ..errors import ConfigError
+from ..models.critic import critic_from_checkpoint
 from ..models.lora import ADAPTER_FILE, module_state
+from ..rollout.runtime import build_runtime
 from .run_folder import atomic_write_text
 
 if TYPE_CHECKING:
@@ -68,8 +75,6 @@ def plain_state(obj, where: str = "state"):
     """`obj` as tensors and plain data only (what `torch.load(weights_only=True)` reads back):
     numpy arrays become tensors, numpy scalars Python numbers, sets sorted lists; anything else
     (an object, a function) is a TypeError naming where it is, raised before the save."""
-    import numpy as np
-
     if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor, torch.dtype, torch.Size)):
         return obj
     if isinstance(obj, np.ndarray):
@@ -161,8 +166,6 @@ def write_failure(e: BaseException, folder: Path) -> tuple[str | None, bool]:
     not a failed write. `OSError` says so itself (ENOSPC, EDQUOT); torch (`RuntimeError`:
     "file write failed", "unexpected pos") and safetensors ("StorageFull") wrap it in text,
     so their case is read from the text and the folder's free space."""
-    import errno
-
     if isinstance(e, OSError):
         return e.strerror or str(e), e.errno in (errno.ENOSPC, errno.EDQUOT)
     text = str(e)
@@ -259,8 +262,6 @@ def load_state(ckpt: Path, mmap: bool = False) -> dict:
     `mmap`: tensors stay on disk until read (a cheap check of the whole structure). A file
     that is not a torch zip archive (a plain or legacy pickle) is `UnsafeCheckpoint` too: only
     an unsafe load could read it."""
-    import zipfile
-
     f = Path(ckpt) / STATE_FILE
     if not zipfile.is_zipfile(f):
         raise UnsafeCheckpoint(
@@ -292,8 +293,6 @@ def load_for_resume(path: str | Path, log: Callable[[str], None] = print):
     hashes) and loads; each damaged one is named and skipped. From a checkpoint folder: that
     one, or a one-line error if it is damaged. The weights are keyed as the policy module's
     state dict (a LoRA checkpoint's adapters as the PEFT model names them)."""
-    from safetensors.torch import load_file
-
     p = Path(path)
     candidates = [p] if is_checkpoint(p) else steps_newest_first(p)
     damaged = []
@@ -381,11 +380,6 @@ def open_checkpoint(path: str | Path, cfg: RunConfig, *, log: Callable[[str], No
     (state, weights) `load_for_resume` already read, else they are read here."""
     if into is not None:
         return _open_into(Path(path), into, into_critic, loaded, log)
-    import dataclasses
-
-    from ..models.critic import critic_from_checkpoint
-    from ..rollout.runtime import build_runtime
-
     ckpt = Path(path) if verified else find(path)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(ckpt)))
     rt = build_runtime(cfg, log, greedy=greedy)

@@ -32,9 +32,10 @@ import os
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 
-from ..errors import ConfigError
 from ..config import RunConfig
+from ..errors import ConfigError
 
 BUCKET_BYTES = 32 * 2**20  # gradients all-reduced in flat buckets of about this size
 
@@ -85,8 +86,6 @@ class DataParallel(Local):
     """`world` processes in the default torch.distributed group (gloo on CPU, nccl on GPU)."""
 
     def __init__(self, device: torch.device):
-        import torch.distributed as dist
-
         self.dist = dist
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = device
@@ -194,8 +193,6 @@ def from_env(cfg: RunConfig) -> Local:
     if cfg.rollout.tasks_per_step < world:
         raise ConfigError(f"rollout.tasks_per_step ({cfg.rollout.tasks_per_step}) must be >= the "
                           f"number of processes ({world}): each rank rolls out whole tasks")
-    import torch.distributed as dist
-
     use_cuda = torch.cuda.is_available() and cfg.model.device != "cpu"
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors.torch import load_file
 
 from .. import losses
 from ..config import RunConfig, step_seed
@@ -68,8 +69,6 @@ def initial_critic(cfg: RunConfig, model, model_path: str | None = None,
         elif rung == "cold":
             log(f"critic: algo.focus_critic=cold: the value head in {warm.parent} is left out")
         else:
-            from safetensors.torch import load_file
-
             load_head_state(critic, load_file(str(warm)))
             loaded = True
             log(f"critic: value head starts from {warm}")

@@ -8,6 +8,7 @@ looked up in registries.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import json
@@ -265,7 +266,6 @@ def release_freed_memory() -> None:
 def _malloc_trim():
     """glibc's `malloc_trim`, or None where there is none."""
     try:
-        import ctypes
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None

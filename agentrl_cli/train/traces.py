@@ -22,6 +22,7 @@ import json
 import math
 from pathlib import Path
 
+from ..credit.focus_credit import tree_values
 from ..reporting.traces import TRACE_CAP, trace_path
 from .run_folder import atomic_write_text
 
@@ -145,8 +146,6 @@ def _turn_adv(batch, row: int, turn) -> float | None:
 def tree_json(tree, eps: list, batch, rows: dict[int, int], algo=None) -> dict:
     """One traced tree (docs/traces.md, "tree"): `Tree.to_json` with its refined values (from
     `algo`, as credit computed them) and each node's text."""
-    from ..credit.focus_credit import tree_values
-
     data = tree.to_json(tree_values(tree.arrays(), algo) if algo is not None else None)
     order = _launch_order(tree)
     first = eps[rows[tree.nodes[0].path]] if tree.nodes and tree.nodes[0].path in rows else None
