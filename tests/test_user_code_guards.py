@@ -54,6 +54,8 @@ class World:
         return StepResult(obs, 1.0 if done else 0.0, done, False, {})
 
     def snapshot(self):
+        if self.mode == "exit_snapshot":
+            sys.exit(4)
         return self.state if self.mode == "alias" else {"hist": list(self.state["hist"])}
 
     def restore(self, state):
@@ -68,9 +70,13 @@ class Spec:
         self._tasks = [Task(f"t{i}", f"Say {i}.", str(i)) for i in range(8)]
 
     def make(self):
+        if self.mode == "exit_make":
+            sys.exit(5)
         return World(self.mode)
 
     def tasks(self, split, n=None):
+        if self.mode == "exit_tasks":
+            sys.exit(6)
         out = self._tasks[:4] if split == "train" else self._tasks[4:]
         if split == "train" and self.mode == "empty_train":
             out = []
@@ -127,6 +133,41 @@ def test_a_raising_reset_or_an_exiting_step_is_one_named_line(mode, needles, wor
     res = runner.invoke(app, ["rollout", "--env", world, "--model", model_dir, "--n", "2",
                               "--out", str(tmp_path / "eps.jsonl"), *_sets(f"env.mode={mode}")])
     _error_line(res, f"env '{world}', task t", *needles)
+    assert not (tmp_path / "eps.jsonl").exists()
+
+
+@pytest.mark.parametrize("command, mode, needles", [
+    (["check-env"], "exit_step", [", step 1: step(", "world_env.py:", ") raised SystemExit: 3: an "
+                                  "env must not end the process (during the fork check)"]),
+    (["check-env"], "exit_snapshot", [": the env raised SystemExit: 4: an env must not end the "
+                                      "process (during the fork check)"]),
+    (["train", "--method", "grpo"], "exit_step", [") raised SystemExit: 3: an env must not end the "
+                                                  "process (during the determinism check)"]),
+    (["train", "--method", "focus"], "exit_snapshot", ["raised SystemExit: 4", "(during the fork check)"]),
+])
+def test_an_env_exiting_in_the_checks_before_a_run_is_one_named_line(command, mode, needles, world,
+                                                                    model_dir, tmp_path):
+    """check-env, and train's determinism and fork checks (before any model loads), call the
+    env outside the rollout's guard: an exit there is the same one line, not the env's exit
+    code and no output."""
+    args = ([world, "--set", f"env.mode={mode}"] if command == ["check-env"] else
+            ["--env", world, "--model", model_dir, "--out", str(tmp_path / "run"),
+             *_sets("train.steps=1", f"env.mode={mode}")])
+    res = runner.invoke(app, [*command, *args])
+    _error_line(res, f"env '{world}', task t", *needles)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("mode, needles", [
+    ("exit_make", [": make() (", "world_env.py:", ") raised SystemExit: 5: an env must not end the process"]),
+    ("exit_tasks", [": tasks('", "world_env.py:", ") raised SystemExit: 6: an env must not end the process"]),
+])
+def test_a_spec_whose_make_or_tasks_exits_is_one_named_line(mode, needles, world, model_dir, tmp_path):
+    """The spec's `make()` and `tasks()` run under the guard too (no determinism or fork check
+    runs before a rollout): an exit is one line, not the spec's exit code and no output."""
+    res = runner.invoke(app, ["rollout", "--env", world, "--model", model_dir, "--n", "2",
+                              "--out", str(tmp_path / "eps.jsonl"), *_sets(f"env.mode={mode}")])
+    _error_line(res, f"env '{world}'", *needles)
     assert not (tmp_path / "eps.jsonl").exists()
 
 

@@ -6,7 +6,8 @@ line each, `"<check>: <what is wrong>"` (empty: the env passes), plus facts for 
 (`EnvReport`). `progress`, if given, hears one line as each check starts, so an env that hangs
 shows where. Building the spec (the factory), listing a split's tasks, and every `reset` and
 `step` run under `timeout_s` (`envs.guard.call_with_timeout`): one that does not return stops
-the check with a one-line `EnvContractError` naming the check (and the task and step). The
+the check with a one-line `EnvContractError` naming the check (and the task and step), and so
+does any env call that tries to end the process (`SystemExit`, `KeyboardInterrupt`). The
 checks, in the order they run:
 
   spec         the factory's result has `make()` and `tasks(split, n)`
@@ -47,8 +48,8 @@ from typing import Any, Callable
 
 from ..errors import ConfigError
 from .base import ENVS, make_env_spec
-from .guard import (EnvContractError, StepTimeout, call_with_timeout, result_problem,
-                    reward_range)
+from .guard import (EXITS, EnvContractError, StepTimeout, call_with_timeout, defined_in,
+                    result_problem, reward_range)
 
 __all__ = ["EnvReport", "FORK", "check_env", "check_fork", "difference", "random_action",
            "require_determinism", "require_fork"]
@@ -116,12 +117,14 @@ def _words(text: str) -> list[str]:
 
 def _timed(fn, arg, report: EnvReport, what: str):
     """`fn(arg)` under the report's timeout; a timeout is a one-line `EnvContractError`."""
+    step = report.steps if what.startswith("step") else "reset"
     try:
         return call_with_timeout(fn, arg, report.timeout_s)
     except StepTimeout as e:
         raise EnvContractError("?", f"{what} {e} (env.step_timeout_s) during the "
-                                    f"{report.check} check", report.task,
-                               report.steps if what.startswith("step") else "reset") from None
+                                    f"{report.check} check", report.task, step) from None
+    except EXITS as e:
+        raise _exited(e, f"{what} ({defined_in(fn)})", report, step) from None
 
 
 def _bounded(fn, arg, report: EnvReport, what: str):
@@ -132,6 +135,24 @@ def _bounded(fn, arg, report: EnvReport, what: str):
     except StepTimeout as e:
         raise EnvContractError("?", f"{what} {e} (env.step_timeout_s) during the "
                                     f"{report.check} check") from None
+    except EXITS as e:
+        raise _exited(e, what, report) from None
+
+
+def _exited(e: BaseException, what: str, report: EnvReport, step: Any = None) -> EnvContractError:
+    """An env call that tried to end the process (`sys.exit()`, `SystemExit`,
+    `KeyboardInterrupt`): the check stops in one line, as a rollout does on it."""
+    return EnvContractError("?", f"{what} raised {_err(e)}: an env must not end the process "
+                                 f"(during the {report.check} check)", report.task, step)
+
+
+def _exits_stop(report: EnvReport, run: Callable[[], Any]) -> Any:
+    """`run()`, where an exit from an env call made outside `_timed` (`make()`, `snapshot()`,
+    `restore()`, the expert) stops the check in one line too."""
+    try:
+        return run()
+    except EXITS as e:
+        raise _exited(e, "the env", report) from None
 
 
 def _step(env, action: str, report: EnvReport, check: str = "types", where: str = ""):
@@ -549,7 +570,13 @@ def check_env(make_spec: Callable[[int], Any], seed: int = 0, max_turns: int = 1
     `progress(line)` hears each check as it starts; `timeout_s` bounds every reset and step
     (0: none); `max_chars` bounds an observation."""
     report = EnvReport(timeout_s=timeout_s, max_chars=max_chars)
-    say = _announcer(report, progress)
+    return _exits_stop(report, lambda: _checks(make_spec, seed, max_turns, forks_only, report,
+                                               _announcer(report, progress)))
+
+
+def _checks(make_spec: Callable[[int], Any], seed: int, max_turns: int, forks_only: bool,
+            report: EnvReport, say: Callable[[str], None]) -> EnvReport:
+    """`check_env`'s checks, in order, into `report`."""
     rng = random.Random(seed * 1_000_003 + 17)
     opened = _open(make_spec, seed, report, say)
     if opened is None:
@@ -602,6 +629,17 @@ def _checked(section, run: Callable[[], EnvReport]) -> EnvReport:
         raise EnvContractError(section.name, e.problem, e.task, e.step) from None
 
 
+def _splits(spec) -> dict[str, list]:
+    """The spec's tasks by split; an evaluation-only env's refused train split left out."""
+    tasks = {}
+    for split in ("train", "eval"):
+        try:
+            tasks[split] = spec.tasks(split)
+        except ConfigError:
+            continue
+    return tasks
+
+
 def require_determinism(section, log: Callable[[str], None]) -> None:
     """A user env must be deterministic per seed (the determinism check: the same tasks, the
     same observations and rewards under the same actions), checked before any model loads: else
@@ -614,14 +652,8 @@ def require_determinism(section, log: Callable[[str], None]) -> None:
     report = EnvReport(timeout_s=section.step_timeout_s, max_chars=section.max_observation_chars,
                        check="determinism")
     rng = random.Random(section.seed * 1_000_003 + 17)
-    tasks = {}
-    for split in ("train", "eval"):
-        try:
-            tasks[split] = first.tasks(split)
-        except ConfigError:              # an evaluation-only env: no train split
-            continue
-    _checked(section, lambda: _check_determinism(make_spec, section.seed, first, tasks, report,
-                                                 rng) or report)
+    _checked(section, lambda: _exits_stop(report, lambda: _check_determinism(
+        make_spec, section.seed, first, _splits(first), report, rng)) or report)
     bad = [p for p in report.problems if p.startswith("determinism:")]
     if not bad:
         return

@@ -5,13 +5,13 @@ every step").
 what crosses the boundary: `reset` returns text; `step` returns a `StepResult` of the right
 types, a finite reward inside the spec's declared `reward_range` (`reward_range`), never both
 `terminated` and `truncated`, an observation of at most `env.max_observation_chars`
-characters; `reset`, `step`, `snapshot` and `restore` return within `env.step_timeout_s`
-seconds. A violation raises `EnvContractError`, one line naming the env, the task and the
+characters; `reset`, `step`, `snapshot`, `restore` and the spec's `make` and `tasks` return
+within `env.step_timeout_s` seconds. A violation raises `EnvContractError`, one line naming the env, the task and the
 step, so a run stops instead of training on garbage. An exception raised inside `step` is not a violation: it passes through
 unchanged (the rollout ends that episode as a failed one and counts it, `env/exceptions`). An
-exception raised inside `reset`, `snapshot` or `restore` is one (an episode cannot start or
-fork from it), and so is a `SystemExit` or `KeyboardInterrupt` from any of them: user code
-must not end the process. An observation holding a lone surrogate (text no tokenizer can
+exception raised inside `reset`, `snapshot`, `restore` or the spec's `make` is one (an
+episode cannot start or fork from it), and so is a `SystemExit` or `KeyboardInterrupt` from
+any of them or from `tasks`: user code must not end the process. An observation holding a lone surrogate (text no tokenizer can
 encode) has each one replaced by U+FFFD.
 
 The same guard runs every other piece of a user's code the rollout calls (`call_user`: reward
@@ -240,6 +240,25 @@ class Limits:
     max_observation_chars: int
 
 
+def env_call(fn, args: tuple, what: str, timeout_s: float,
+             error: Callable[[str], EnvContractError], raising_stops: bool = True):
+    """`fn(*args)`, an env's (or its spec's) code, under `timeout_s`; a timeout or an exit is
+    `error(problem)`, and so is an exception when `raising_stops` (else it passes through: a
+    failed episode, or a `ConfigError` the env declares)."""
+    try:
+        return call_with_timeout(_star(fn), args, timeout_s)
+    except StepTimeout as e:
+        raise error(f"{what} {e} (env.step_timeout_s; the run stops: a hung call cannot be "
+                    f"interrupted; {defined_in(fn)})") from None
+    except EXITS as e:
+        raise error(f"{what} ({defined_in(fn)}) raised {_one_line(e)}: an env must not end the "
+                    "process") from None
+    except Exception as e:
+        if not raising_stops or isinstance(e, ConfigError):
+            raise
+        raise error(f"{what} ({defined_in(fn)}) raised {_one_line(e)}") from e
+
+
 class GuardedEnv:
     """An env whose every `reset` and `step` is checked against `Limits` (module docstring);
     `snapshot`, `restore` and every other attribute are the inner env's."""
@@ -256,20 +275,8 @@ class GuardedEnv:
         return self.inner.system_prompt
 
     def _call(self, fn, args: tuple, what: str, raising_stops: bool = True, step: Any = None):
-        """`fn(*args)` under the timeout; a timeout or an exit is an `EnvContractError`, and so
-        is an exception when `raising_stops` (else it passes through: a failed episode)."""
-        try:
-            return call_with_timeout(_star(fn), args, self.limits.step_timeout_s)
-        except StepTimeout as e:
-            raise self.error(f"{what} {e} (env.step_timeout_s; the run stops: a hung call "
-                             f"cannot be interrupted; {defined_in(fn)})", step) from None
-        except EXITS as e:
-            raise self.error(f"{what} ({defined_in(fn)}) raised {_one_line(e)}: an env must "
-                             "not end the process", step) from None
-        except Exception as e:
-            if not raising_stops or isinstance(e, ConfigError):
-                raise
-            raise self.error(f"{what} ({defined_in(fn)}) raised {_one_line(e)}", step) from e
+        return env_call(fn, args, what, self.limits.step_timeout_s,
+                        lambda problem: self.error(problem, step), raising_stops)
 
     def error(self, problem: str, step: Any = None) -> EnvContractError:
         return EnvContractError(self.limits.env, problem, self.guard_task,
@@ -319,10 +326,18 @@ class GuardedSpec:
         self.name = getattr(inner, "name", limits.env)
 
     def make(self) -> GuardedEnv:
-        return GuardedEnv(self.inner.make(), self.limits)
+        """A guarded env; `make()` timed, its exception or exit one line."""
+        inner = env_call(self.inner.make, (), "make()", self.limits.step_timeout_s, self._error)
+        return GuardedEnv(inner, self.limits)
 
     def tasks(self, split: str, n: int | None = None):
-        return self.inner.tasks(split, n)
+        """The inner spec's tasks; timed, an exit one line (an exception passes: a
+        `ConfigError` is how an evaluation-only env refuses its train split)."""
+        return env_call(self.inner.tasks, (split, n), f"tasks({split!r})",
+                        self.limits.step_timeout_s, self._error, raising_stops=False)
+
+    def _error(self, problem: str) -> EnvContractError:
+        return EnvContractError(self.limits.env, problem)
 
     def __getattr__(self, name: str):
         if name in ("inner", "limits"):
