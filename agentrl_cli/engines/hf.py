@@ -1,8 +1,8 @@
 """The `hf` engine: batched multi-turn generation with a Hugging Face causal LM on CPU or GPU.
 
-`HFEngine` wraps the policy model; its batches are the KV-batch layouts of
-`engines/kv_batch.py` (`RaggedKVBatch` for a model of plain full-attention layers, else
-`KVBatch`), which sample with `engines/sampling.py`.
+`HFEngine` wraps the policy model; its batches are the KV-batch layouts
+(`engines/kv_ragged.py`'s `RaggedKVBatch` for a model of plain full-attention layers, else
+`engines/kv_batch.py`'s `KVBatch`), which sample with `engines/sampling.py`.
 """
 from __future__ import annotations
 
