@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import json
 import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
