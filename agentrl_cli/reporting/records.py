@@ -403,7 +403,9 @@ EXPECT = (("`search`, the main command", MAIN, "focus"), ("`search-long`", LONG,
           ("`search-long-compaction`", COMPACTION, "focus"), ("`math`", "families-math", "focus"),
           ("`math`, tuned alike, GRPO's task count", "verdict-math", "focus"),
           ("`search`, tuned alike, GRPO's task count", "verdict-search", "focus"),
-          ("`rules`", "families-rules", "focus"), ("`locate`", "families-locate", "focus"),
+          ("`rules`", "families-rules", "focus"),
+          ("`rules`, tuned alike, GRPO's task count", "verdict-rules", "focus"),
+          ("`locate`", "families-locate", "focus"),
           ("`allocation-early`", "allocation-early", "focus"),
           ("`allocation-late`", "allocation-late", "focus"))
 
@@ -630,6 +632,7 @@ QUOTES = (
     ("docs/methods.md", "tokens per step at its budget of {methods-search:budget}"),
     ("docs/methods.md", "FOCUS is still behind by {verdict-math:focus:vs_ref} points (six seeds"),
     ("docs/methods.md", "on `search` it is ahead by {verdict-search:focus:vs_ref} points (six seeds"),
+    ("docs/methods.md", "and on `rules` by {verdict-rules:focus:vs_ref} (six seeds, both at 2e-4"),
     ("docs/envs.md", "budget ({search-long-200:budget} generated tokens"),
 )
 
