@@ -160,6 +160,15 @@ def test_allocator_respects_inflight_cap_and_capacity(micro_policy, monkeypatch)
     # every continuation resumes exactly its source's prefix; engine log-probs of the new tokens
     # (decoded on forked / compacted / re-prefilled KV rows) agree with a full forward pass
     assert [e.meta.focus_path for e in res.episodes] == list(range(10))
+    # each continuation's outcome against the path that first reached its origin state
+    by_group = {t.group: t for t in res.trees}
+    agree = [e.reward == res.episodes[by_group[e.meta.focus_tree].nodes[e.meta.focus_origin].path].reward
+             for e in res.episodes if e.meta.focus_path != by_group[e.meta.focus_tree].nodes[0].path]
+    assert len(agree) == 8 and m["focus/continuation_agreement"] == pytest.approx(sum(agree) / 8)
+    assert "focus/root_agreement" not in m           # one root a tree: no pair to compare
+    branched = {e.meta.focus_tree for e in res.episodes
+                if e.meta.focus_path != by_group[e.meta.focus_tree].nodes[0].path}
+    assert m["focus/unbranched_trees"] == pytest.approx(1 - len(branched) / 2)
     batch = collate(res.episodes, fmt.pad_id)
     with torch.no_grad():
         lp, _ = forward(model, None, batch, 1.0)
@@ -786,6 +795,29 @@ def test_token_critic_targets_put_each_segments_next_refined_value_on_its_tokens
     # gamma discounts the next node's value, not the reward
     r, _ = with_token_targets(torch.zeros(1, 8), torch.zeros(1, 8), [[0.4, 0.6, 0.9]], [1.0], 0.5, seg, resp)
     torch.testing.assert_close(r[0, 2:4], torch.tensor([0.3, 0.3]))
+
+
+def test_outcome_agreement_compares_continuations_with_their_origin_path_and_roots_in_pairs():
+    """A continuation counts as agreeing when its reward equals that of the path that first
+    reached its origin state (not the tree's first path); roots are compared in pairs within
+    their own tree only."""
+    from types import SimpleNamespace
+    from agentrl_cli.rollout.planner import PlanPath, outcome_agreement
+
+    t, u = Tree("a", 0), Tree("b", 1)
+    t.add(-1, 0, 10, 0)                    # node 0: the root, first reached by path 0
+    t.add(0, 1, 20, 1)                     # node 1: first reached by path 1
+    u.add(-1, 0, 10, 4)
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    spec = [(t, 0, False), (t, 0, False), (t, 1, True), (t, 1, True), (u, 0, False), (u, 0, False)]
+    paths = [PlanPath(i, tree, SimpleNamespace(reward=r), [], origin, cont)
+             for i, (r, (tree, origin, cont)) in enumerate(zip(rewards, spec))]
+    got = outcome_agreement(paths)
+    # paths 2 and 3 start at node 1, first reached by path 1 (reward 0): one of two agrees
+    assert got["focus/continuation_agreement"] == pytest.approx(0.5)
+    # root pairs: (0, 1) in tree a differ, (4, 5) in tree b agree; never across trees
+    assert got["focus/root_agreement"] == pytest.approx(0.5)
+    assert outcome_agreement(paths[:1]) == {}
 
 
 def test_critic_rank_orders_the_states_by_their_outcomes():

@@ -512,6 +512,9 @@ class FocusPlanner:
                                        if with_n else 0.0),
             "focus/tool_calls_per_episode": sum(e.num_tool_calls for e in eps) / max(1, len(eps)),
             "focus/branch_token_share": branch / tokens if tokens else 0.0,
+            # trees left with their roots only: no continuation was worth the budget there
+            "focus/unbranched_trees": (1 - len({id(p.tree) for p in conts}) / len(self.trees)
+                                       if self.trees else 0.0),
             "focus/launch_depth_mean": (sum(d * c for d, c in depths.items()) / len(conts)
                                         if conts else 0.0),
             "focus/bookkeeping_seconds": self.t_book,
@@ -521,7 +524,30 @@ class FocusPlanner:
         rank = critic_rank(self.trees)
         if rank is not None:
             out["focus/critic_rank"] = rank
+        out.update(outcome_agreement(self.paths))
         return out
+
+
+def outcome_agreement(paths: list[PlanPath]) -> dict:
+    """How often a continuation ends as the path it branched from (the path that first reached
+    its origin state): `focus/continuation_agreement`; and, for comparison, how often two root
+    paths of one tree end alike (`focus/root_agreement`, independent samples of the task). A
+    continuation that repeats its origin's outcome adds no contrast to its tree. Rewards are
+    compared as the group metrics compare them (equal or not); a share is left out when it
+    has nothing to count."""
+    out = {}
+    conts = [p for p in paths if p.continuation]
+    if conts:
+        same = sum(p.ep.reward == paths[p.tree.nodes[p.origin].path].ep.reward for p in conts)
+        out["focus/continuation_agreement"] = same / len(conts)
+    roots: dict[int, list[float]] = {}
+    for p in paths:
+        if not p.continuation:
+            roots.setdefault(id(p.tree), []).append(p.ep.reward)
+    pairs = [(a, b) for rs in roots.values() for i, a in enumerate(rs) for b in rs[i + 1:]]
+    if pairs:
+        out["focus/root_agreement"] = sum(a == b for a, b in pairs) / len(pairs)
+    return out
 
 
 def critic_rank(trees: list[Tree]) -> float | None:
