@@ -406,6 +406,7 @@ EXPECT = (("`search`, the main command", MAIN, "focus"), ("`search-long`", LONG,
           ("`rules`", "families-rules", "focus"),
           ("`rules`, tuned alike, GRPO's task count", "verdict-rules", "focus"),
           ("`locate`", "families-locate", "focus"),
+          ("`locate`, tuned alike, GRPO's task count", "verdict-locate", "focus"),
           ("`allocation-early`", "allocation-early", "focus"),
           ("`allocation-late`", "allocation-late", "focus"))
 
