@@ -31,7 +31,7 @@ from .metric_rows import metrics_rows
 from .traces import load_trace, pick_steps, trace_steps
 
 MAX_TRACES = 12
-MAX_ROWS = 440                    # metrics rows of one run in the report (a FOCUS row is about 1.5-1.6 KB)
+MAX_ROWS = 400                    # metrics rows of one run in the report (a FOCUS row is about 1.6-1.7 KB)
 MAX_SWEEP_ROWS = 6000             # metrics rows of all a sweep's runs together (at least 50 a run)
 SWEEP_KEYS = ("eval/success", "eval/success_se", "eval/tokens_per_question", "eval/tool_calls",
               "reward/mean", "success", "rollout/tokens", "rollout/tool_calls", "loss/policy",
