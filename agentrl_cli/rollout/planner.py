@@ -48,6 +48,7 @@ older one), `uniform` (fewest continuations launched from the node so far), `ran
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import random
 import time
@@ -544,7 +545,7 @@ def outcome_agreement(paths: list[PlanPath]) -> dict:
     for p in paths:
         if not p.continuation:
             roots.setdefault(id(p.tree), []).append(p.ep.reward)
-    pairs = [(a, b) for rs in roots.values() for i, a in enumerate(rs) for b in rs[i + 1:]]
+    pairs = [pair for rs in roots.values() for pair in itertools.combinations(rs, 2)]
     if pairs:
         out["focus/root_agreement"] = sum(a == b for a, b in pairs) / len(pairs)
     return out
